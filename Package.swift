@@ -1,0 +1,53 @@
+// swift-tools-version:5.9
+import PackageDescription
+
+// Layering (as in gst-plugins-rs): MatteEngine never imports GStreamer; MatteElement never sees
+// ONNX Runtime; the gst-plugin target only exports the plugin descriptor.
+let package = Package(
+    name: "gst-matanyone",
+    products: [
+        .library(name: "gstmatanyone", type: .dynamic, targets: ["GstMatAnyonePlugin"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CGStreamer",
+            path: "Sources/CGStreamer",
+            pkgConfig: "gstreamer-video-1.0",
+            providers: [.apt(["libgstreamer1.0-dev", "libgstreamer-plugins-base1.0-dev"])]
+        ),
+        .systemLibrary(name: "COnnxRuntime", path: "Sources/COnnxRuntime"),
+        .systemLibrary(
+            name: "COpenBLAS",
+            path: "Sources/COpenBLAS",
+            pkgConfig: "openblas",
+            providers: [.apt(["libopenblas-dev"])]
+        ),
+        .target(
+            name: "MatteEngine",
+            dependencies: ["COnnxRuntime", "COpenBLAS"],
+            path: "Sources/MatteEngine",
+            swiftSettings: [.unsafeFlags(["-Ounchecked"])]
+        ),
+        .target(
+            name: "MatteElement",
+            dependencies: ["CGStreamer", "MatteEngine"],
+            path: "Sources/MatteElement"
+        ),
+        .target(
+            name: "GstMatAnyonePlugin",
+            dependencies: ["MatteElement", "CGStreamer"],
+            path: "gst-plugin/Sources/GstMatAnyonePlugin"
+        ),
+        .systemLibrary(name: "CGstCheck", path: "Tests/CGstCheck", pkgConfig: "gstreamer-check-1.0"),
+        .testTarget(
+            name: "MatteEngineTests",
+            dependencies: ["MatteEngine"],
+            path: "Tests/MatteEngineTests"
+        ),
+        .testTarget(
+            name: "MatteElementTests",
+            dependencies: ["MatteElement", "CGStreamer", "CGstCheck"],
+            path: "Tests/MatteElementTests"
+        ),
+    ]
+)

@@ -1,0 +1,153 @@
+import MatteEngine
+
+/// Pixel order of the composite output.
+enum CompositeFormat {
+    case bgra, rgba
+}
+
+/// Turns a BGRA frame and its alpha plane into the composite output. Pure pixel logic, reused buffers.
+struct Compositor {
+    private var blurred: [UInt8] = []
+    private var scratch: [UInt16] = []
+
+    /// `output` is a BGRA/RGBA frame of the same size as `frame`.
+    mutating func composite(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
+                            outputStride: Int, format: CompositeFormat, background: BackgroundMode,
+                            color: UInt32) {
+        switch background {
+        case .none:
+            Compositor.attachAlpha(frame: frame, alpha: alpha, output: output, outputStride: outputStride, format: format)
+        case .color:
+            Compositor.flattenOverColor(frame: frame, alpha: alpha, output: output, outputStride: outputStride,
+                                        format: format, color: color)
+        case .blur:
+            blur(frame)
+            let width = frame.width
+            blurred.withUnsafeBufferPointer { blurPixels in
+                let under = BGRAImage(base: blurPixels.baseAddress!, width: width, height: frame.height, stride: width * 4)
+                Compositor.flatten(frame: frame, over: under, alpha: alpha, output: output, outputStride: outputStride,
+                                   format: format)
+            }
+        }
+    }
+
+    /// The frame with alpha = matte (straight alpha).
+    static func attachAlpha(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
+                            outputStride: Int, format: CompositeFormat) {
+        let (first, third) = format == .bgra ? (0, 2) : (2, 0)
+        for y in 0..<frame.height {
+            let source = frame.base + y * frame.stride
+            let matte = alpha.base + y * alpha.stride
+            let out = output + y * outputStride
+            for x in 0..<frame.width {
+                let s = source + 4 * x, o = out + 4 * x
+                o[first] = s[0]
+                o[1] = s[1]
+                o[third] = s[2]
+                o[3] = matte[x]
+            }
+        }
+    }
+
+    /// The frame flattened over an ARGB colour; the result's alpha is that of "frame over colour".
+    static func flattenOverColor(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
+                                 outputStride: Int, format: CompositeFormat, color: UInt32) {
+        let backgroundAlpha = Int((color >> 24) & 0xFF)
+        let backgroundRGB = (Int((color >> 16) & 0xFF), Int((color >> 8) & 0xFF), Int(color & 0xFF))
+        let (first, third) = format == .bgra ? (0, 2) : (2, 0)
+        for y in 0..<frame.height {
+            let source = frame.base + y * frame.stride
+            let matte = alpha.base + y * alpha.stride
+            let out = output + y * outputStride
+            for x in 0..<frame.width {
+                let s = source + 4 * x, o = out + 4 * x
+                let a = Int(matte[x])
+                // Porter-Duff "over" in straight alpha, 8-bit fixed point.
+                let under = backgroundAlpha * (255 - a)  // ×255
+                let total = a * 255 + under                 // ×255
+                if total == 0 {
+                    o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0
+                    continue
+                }
+                let half = total / 2
+                let blue = (Int(s[0]) * a * 255 + backgroundRGB.2 * under + half) / total
+                let green = (Int(s[1]) * a * 255 + backgroundRGB.1 * under + half) / total
+                let red = (Int(s[2]) * a * 255 + backgroundRGB.0 * under + half) / total
+                o[first] = UInt8(blue)
+                o[1] = UInt8(green)
+                o[third] = UInt8(red)
+                o[3] = UInt8((total + 127) / 255)
+            }
+        }
+    }
+
+    /// The frame over an opaque BGRA image of the same size.
+    static func flatten(frame: BGRAImage, over under: BGRAImage, alpha: GrayImage,
+                        output: UnsafeMutablePointer<UInt8>, outputStride: Int, format: CompositeFormat) {
+        let (first, third) = format == .bgra ? (0, 2) : (2, 0)
+        for y in 0..<frame.height {
+            let source = frame.base + y * frame.stride
+            let back = under.base + y * under.stride
+            let matte = alpha.base + y * alpha.stride
+            let out = output + y * outputStride
+            for x in 0..<frame.width {
+                let s = source + 4 * x, b = back + 4 * x, o = out + 4 * x
+                let a = UInt32(matte[x]), inverse = 255 - a
+                o[first] = UInt8((UInt32(s[0]) * a + UInt32(b[0]) * inverse + 127) / 255)
+                o[1] = UInt8((UInt32(s[1]) * a + UInt32(b[1]) * inverse + 127) / 255)
+                o[third] = UInt8((UInt32(s[2]) * a + UInt32(b[2]) * inverse + 127) / 255)
+                o[3] = 255
+            }
+        }
+    }
+
+    /// Blur radius for a frame: ~2.5 % of the short side, so the look does not depend on resolution.
+    static func blurRadius(width: Int, height: Int) -> Int { max(1, min(width, height) / 40) }
+
+    /// Two passes of a separable box blur (close to a Gaussian) into `blurred` (tight BGRA rows).
+    private mutating func blur(_ frame: BGRAImage) {
+        let width = frame.width, height = frame.height
+        let radius = Compositor.blurRadius(width: width, height: height)
+        if blurred.count != width * height * 4 {
+            blurred = [UInt8](repeating: 255, count: width * height * 4)
+            scratch = [UInt16](repeating: 0, count: width * height * 4)
+        }
+        blurred.withUnsafeMutableBufferPointer { target in
+            scratch.withUnsafeMutableBufferPointer { temp in
+                let out = target.baseAddress!, tmp = temp.baseAddress!
+                for y in 0..<height {
+                    let row = frame.base + y * frame.stride
+                    for x in 0..<width * 4 { out[y * width * 4 + x] = row[x] }
+                }
+                for _ in 0..<2 {
+                    Compositor.boxPass(from: out, to: tmp, width: width, height: height, radius: radius, horizontal: true)
+                    Compositor.boxPass(from: tmp, to: out, width: width, height: height, radius: radius, horizontal: false)
+                }
+            }
+        }
+    }
+
+    /// One box-filter pass along rows or columns with clamped edges (running sums, O(1) per pixel).
+    private static func boxPass<S: FixedWidthInteger, D: FixedWidthInteger>(
+        from source: UnsafeMutablePointer<S>, to destination: UnsafeMutablePointer<D>,
+        width: Int, height: Int, radius: Int, horizontal: Bool
+    ) {
+        let lines = horizontal ? height : width
+        let length = horizontal ? width : height
+        let step = horizontal ? 4 : width * 4
+        let lineStep = horizontal ? width * 4 : 4
+        let window = 2 * radius + 1
+        for line in 0..<lines {
+            for channel in 0..<3 {
+                let base = line * lineStep + channel
+                @inline(__always) func sample(_ i: Int) -> Int { Int(source[base + min(max(i, 0), length - 1) * step]) }
+                var sum = 0
+                for i in -radius...radius { sum += sample(i) }
+                for i in 0..<length {
+                    destination[base + i * step] = D((sum + window / 2) / window)
+                    sum += sample(i + radius + 1) - sample(i - radius)
+                }
+            }
+        }
+    }
+}

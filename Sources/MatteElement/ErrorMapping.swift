@@ -1,0 +1,46 @@
+import CGStreamer
+import MatteEngine
+
+/// The one place where engine failures become GStreamer errors. Domains and codes:
+/// missing model → RESOURCE/NOT_FOUND; unusable model or runtime → LIBRARY/INIT; bad settings →
+/// LIBRARY/SETTINGS; a failure on a frame → STREAM/FAILED.
+enum ErrorMapping {
+    static func domainAndCode(for error: EngineError) -> (GQuark, Int32) {
+        switch error {
+        case .modelMissing:
+            return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
+        case .modelInvalid, .runtimeUnavailable:
+            return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_INIT.rawValue))
+        case .badSettings:
+            return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+        case .inference:
+            return (gst_stream_error_quark(), Int32(GST_STREAM_ERROR_FAILED.rawValue))
+        }
+    }
+
+    /// Posts an ERROR message on the bus for `error` (any error; non-engine ones count as STREAM/FAILED).
+    static func postError(_ error: Error, on element: ElementHandle, function: String = #function, line: Int = #line) {
+        let engineError = error as? EngineError ?? .inference(detail: "\(error)")
+        let (domain, code) = domainAndCode(for: engineError)
+        post(GST_MESSAGE_ERROR, domain: domain, code: code, text: engineError.description,
+             debug: "\(engineError)", on: element, function: function, line: line)
+    }
+
+    /// Posts a WARNING (the element carries on).
+    static func postWarning(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
+        post(GST_MESSAGE_WARNING, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FAILED.rawValue),
+             text: text, debug: text, on: element, function: function, line: line)
+    }
+
+    /// Posts an ERROR for bad settings (LIBRARY/SETTINGS).
+    static func postSettingsError(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
+        postError(EngineError.badSettings(detail: text), on: element, function: function, line: line)
+    }
+
+    private static func post(_ type: GstMessageType, domain: GQuark, code: Int32, text: String, debug: String,
+                             on element: ElementHandle, function: String, line: Int) {
+        // text and debug are transfer-full.
+        gst_element_message_full(element.element, type, domain, code, g_strdup(text), g_strdup(debug),
+                                 #fileID, function, Int32(line))
+    }
+}

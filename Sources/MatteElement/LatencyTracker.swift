@@ -1,0 +1,49 @@
+/// A running high percentile of the element's processing time, for the LATENCY query. When the
+/// percentile drifts from what was last reported by more than `driftRatio`, the element posts a
+/// LATENCY message so the pipeline reconfigures.
+struct LatencyTracker {
+    private var samples: [Double]
+    private var next = 0
+    private var filled = 0
+    let percentile: Double
+    let driftRatio: Double
+    /// The value last handed to the pipeline (ms); 0 before the first answer.
+    private(set) var reportedMs = 0.0
+
+    init(window: Int = 64, percentile: Double = 0.95, driftRatio: Double = 0.25) {
+        samples = [Double](repeating: 0, count: window)
+        self.percentile = percentile
+        self.driftRatio = driftRatio
+    }
+
+    mutating func reset() {
+        next = 0
+        filled = 0
+        reportedMs = 0
+    }
+
+    /// Adds one frame's processing time; returns true when the pipeline should be told.
+    mutating func add(_ ms: Double) -> Bool {
+        samples[next] = ms
+        next = (next + 1) % samples.count
+        filled = min(filled + 1, samples.count)
+        guard reportedMs > 0, filled >= min(8, samples.count) else { return false }
+        let current = currentMs
+        return abs(current - reportedMs) > driftRatio * reportedMs
+    }
+
+    /// The percentile over the window (0 when empty).
+    var currentMs: Double {
+        guard filled > 0 else { return 0 }
+        let sorted = samples[0..<filled].sorted()
+        let rank = Int((percentile * Double(filled - 1)).rounded(.up))
+        return sorted[min(rank, filled - 1)]
+    }
+
+    /// What to answer a LATENCY query with; remembers it as reported.
+    mutating func answer(fallbackMs: Double) -> Double {
+        let value = filled > 0 ? currentMs : fallbackMs
+        reportedMs = value
+        return value
+    }
+}

@@ -1,0 +1,254 @@
+import CGStreamer
+import Foundation
+import MatteEngine
+
+/// What the source pad carries after negotiation.
+enum NegotiatedOutput: Equatable {
+    case alpha
+    case composite(CompositeFormat)
+}
+
+/// The element's behaviour. One instance per `GstMatAnyone`, owned by it (see Trampolines.swift).
+/// Settings may change from any thread (under `settingsLock`); everything else belongs to the
+/// streaming thread between `start` and `stop`.
+final class MatteFilter {
+    let handle: ElementHandle
+    private let settingsLock = NSLock()
+    private var settings = Settings()
+
+    // Created in start(), dropped in stop().
+    private var engine: MattingEngine?
+    private var report = FrameReport(modelCount: 0)
+    private var latency = LatencyTracker()
+    private var framesSubmitted: UInt = 0
+    private var framesProcessed: UInt = 0
+    private var activeEngineName = ""
+
+    // Created in setInfo() for the negotiated caps.
+    private var output = NegotiatedOutput.alpha
+    private var alphaPlane: [UInt8] = []
+    private var compositor = Compositor()
+    private var warmUpMs = 0.0
+
+    init(handle: ElementHandle) { self.handle = handle }
+
+    // MARK: Settings
+
+    func snapshot() -> Settings {
+        settingsLock.lock()
+        defer { settingsLock.unlock() }
+        return settings
+    }
+
+    func setProperty(_ id: PropertyID, _ value: PropertyValue) {
+        let declaration = PropertyDeclaration.all.first { $0.id == id }!
+        if declaration.mutability == .ready, handle.currentState.rawValue > GST_STATE_READY.rawValue {
+            ErrorMapping.postWarning(
+                "property '\(declaration.name)' can only be changed in the READY or NULL state; ignored",
+                on: handle)
+            return
+        }
+        settingsLock.lock()
+        settings.set(id, to: value)
+        settingsLock.unlock()
+        if id == .output { handle.reconfigureSource() }
+    }
+
+    func property(_ id: PropertyID) -> PropertyValue { snapshot().value(of: id) }
+
+    // MARK: Lifecycle
+
+    func start() -> Bool {
+        let current = snapshot()
+        do {
+            engine = try makeEngine(current)
+        } catch {
+            ErrorMapping.postError(error, on: handle)
+            return false
+        }
+        report = FrameReport(modelCount: engine!.modelNames.count)
+        latency.reset()
+        framesSubmitted = 0
+        framesProcessed = 0
+        return true
+    }
+
+    func stop() -> Bool {
+        engine = nil
+        alphaPlane = []
+        compositor = Compositor()
+        return true
+    }
+
+    private func makeEngine(_ settings: Settings) throws -> MattingEngine {
+        var options = EngineOptions(modelDir: settings.modelDir, runtimeLibrary: settings.runtimeLibrary)
+        options.session.threads = Int(settings.threads)
+        options.session.provider = ExecutionProvider(rawValue: settings.executionProvider.nick) ?? .auto
+        switch settings.engine {
+        case .segmenter:
+            activeEngineName = EngineKind.segmenter.rawValue
+            return try SegmenterEngine(options: options)
+        case .matanyone2:
+            throw EngineError.modelMissing(
+                path: ModelLocations.engineDir(modelDir: settings.modelDir, engine: EngineKind.matanyone2.rawValue),
+                hint: "The matanyone2 engine is not available in this build; use engine=segmenter.")
+        case .auto:
+            activeEngineName = EngineKind.segmenter.rawValue
+            return try SegmenterEngine(options: options)
+        }
+    }
+
+    // MARK: Negotiation
+
+    /// Formats the source pad may carry for the current `output` setting, in order of preference.
+    func sourceFormats() -> [String] {
+        switch snapshot().output {
+        case .auto: return ["BGRA", "RGBA", "GRAY8"]
+        case .alpha: return ["GRAY8"]
+        case .composite: return ["BGRA", "RGBA"]
+        }
+    }
+
+    /// Caps on the other pad for `caps` on the pad in `direction`.
+    func transformCaps(direction: GstPadDirection, caps: UnsafeMutablePointer<GstCaps>,
+                       filter: UnsafeMutablePointer<GstCaps>?) -> UnsafeMutablePointer<GstCaps> {
+        let formats = direction == GST_PAD_SINK ? sourceFormats() : ["BGRA"]
+        let result = gst_caps_new_empty()!
+        for index in 0..<gst_caps_get_size(caps) {
+            let structure = gst_caps_get_structure(caps, index)!
+            for format in formats {
+                let copy = gst_structure_copy(structure)!
+                // Colour description does not carry over between RGB and grey.
+                gst_structure_remove_field(copy, "colorimetry")
+                gst_structure_remove_field(copy, "chroma-site")
+                shim_structure_set_string(copy, "format", format)
+                gst_caps_merge_structure(result, copy)
+            }
+        }
+        let template = handle.padTemplateCaps(direction == GST_PAD_SINK ? GST_PAD_SRC : GST_PAD_SINK)
+        var combined = gst_caps_intersect(result, template)!
+        gst_caps_unref(result)
+        gst_caps_unref(template)
+        if let filter {
+            let filtered = gst_caps_intersect_full(filter, combined, GST_CAPS_INTERSECT_FIRST)!
+            gst_caps_unref(combined)
+            combined = filtered
+        }
+        return combined
+    }
+
+    func setInfo(input: UnsafeMutablePointer<GstVideoInfo>, output outputInfo: UnsafeMutablePointer<GstVideoInfo>) -> Bool {
+        let format = outputInfo.pointee.finfo.pointee.format
+        switch format {
+        case GST_VIDEO_FORMAT_GRAY8: output = .alpha
+        case GST_VIDEO_FORMAT_BGRA: output = .composite(.bgra)
+        case GST_VIDEO_FORMAT_RGBA: output = .composite(.rgba)
+        default:
+            ErrorMapping.postSettingsError("unsupported output format \(format.rawValue)", on: handle)
+            return false
+        }
+        let width = Int(input.pointee.width), height = Int(input.pointee.height)
+        guard width == Int(outputInfo.pointee.width), height == Int(outputInfo.pointee.height) else {
+            ErrorMapping.postSettingsError("input and output sizes differ", on: handle)
+            return false
+        }
+        alphaPlane = [UInt8](repeating: 0, count: width * height)
+        // New caps: temporal state no longer applies. One run on a black frame warms the runtime up
+        // and gives the first latency estimate.
+        guard let engine else { return false }
+        engine.reset()
+        let black = [UInt8](repeating: 0, count: width * height * 4)
+        let start = monotonicMs()
+        do {
+            try black.withUnsafeBufferPointer { pixels in
+                try alphaPlane.withUnsafeMutableBufferPointer { plane in
+                    let frame = BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4)
+                    let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
+                    try engine.matte(frame, into: alpha, report: &report)
+                }
+            }
+        } catch {
+            ErrorMapping.postError(error, on: handle)
+            return false
+        }
+        warmUpMs = monotonicMs() - start
+        engine.reset()
+        latency.reset()
+        return true
+    }
+
+    // MARK: Events and queries
+
+    /// Forgets temporal state (FLUSH_STOP, STREAM_START, DISCONT).
+    func resetStream() {
+        engine?.reset()
+    }
+
+    func countSubmitted() { framesSubmitted += 1 }
+
+    /// Adjusts an answered LATENCY query by what this element really costs.
+    func answerLatency(live: Bool, minimum: GstClockTime, maximum: GstClockTime) -> (GstClockTime, GstClockTime) {
+        let ours = GstClockTime(latency.answer(fallbackMs: warmUpMs) * 1_000_000)
+        let none = shim_clock_time_none()
+        return (minimum + ours, maximum == none ? none : maximum + ours)
+    }
+
+    // MARK: Frames
+
+    func transform(input: VideoFrameView, output destination: VideoFrameView) -> GstFlowReturn {
+        guard let engine else { return GST_FLOW_NOT_NEGOTIATED }
+        let current = snapshot()
+        if input.isDiscont { engine.reset() }
+        let start = monotonicMs()
+        report.clear()
+        let frame = input.bgra
+        do {
+            switch output {
+            case .alpha:
+                try engine.matte(frame, into: destination.gray, report: &report)
+            case let .composite(format):
+                let width = frame.width, height = frame.height
+                try alphaPlane.withUnsafeMutableBufferPointer { plane in
+                    let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
+                    try engine.matte(frame, into: alpha, report: &report)
+                    let compositeStart = monotonicMs()
+                    compositor.composite(frame: frame, alpha: alpha, output: destination.bytes,
+                                         outputStride: destination.stride, format: format,
+                                         background: current.background, color: current.backgroundColor)
+                    report.postprocessMs += monotonicMs() - compositeStart
+                }
+            }
+        } catch {
+            ErrorMapping.postError(error, on: handle)
+            return GST_FLOW_ERROR
+        }
+        framesProcessed += 1
+        let totalMs = monotonicMs() - start
+        if latency.add(totalMs) { handle.postLatencyMessage() }
+        if current.statsInterval > 0, framesProcessed % UInt(current.statsInterval) == 0 {
+            postStats(pts: input.pts, totalMs: totalMs, engine: engine)
+        }
+        return GST_FLOW_OK
+    }
+
+    private func postStats(pts: GstClockTime, totalMs: Double, engine: MattingEngine) {
+        let stats = gst_structure_new_empty("matanyone-stats")!
+        shim_structure_set_uint64(stats, "frame", framesProcessed)
+        shim_structure_set_uint64(stats, "pts", pts)
+        shim_structure_set_string(stats, "engine", activeEngineName)
+        shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
+        shim_structure_set_double(stats, "inference-ms", report.inferenceMs)
+        shim_structure_set_double(stats, "postprocess-ms", report.postprocessMs)
+        shim_structure_set_double(stats, "total-ms", totalMs)
+        shim_structure_set_double(stats, "memory-ms", report.memoryMs)
+        shim_structure_set_double(stats, "latency-ms", latency.currentMs)
+        shim_structure_set_uint64(stats, "frames-dropped", framesSubmitted &- framesProcessed)
+        shim_structure_set_boolean(stats, "seeded", report.seeded ? 1 : 0)
+        shim_structure_set_uint(stats, "memory-frames", UInt32(report.memoryFrames))
+        if report.seedMs > 0 { shim_structure_set_double(stats, "seed-ms", report.seedMs) }
+        for (name, ms) in zip(engine.modelNames, report.modelMs) {
+            shim_structure_set_double(stats, name + "-ms", ms)
+        }
+        handle.postElementMessage(stats)
+    }
+}

@@ -1,0 +1,264 @@
+import CGStreamer
+import Foundation
+import MatteEngine
+
+// Every C callback, `Unmanaged` and pointer cast of the element lives in this file. The GType is
+// `GstMatAnyone`: a GstVideoFilter whose instance carries one pointer to a retained `MatteFilter`,
+// released in finalize before chaining up.
+
+// MARK: - Typed views over C pointers
+
+/// The element as the GStreamer API wants to see it (borrowed: the GObject owns the Swift side).
+struct ElementHandle {
+    let raw: UnsafeMutablePointer<GstMatAnyone>
+
+    var element: UnsafeMutablePointer<GstElement> { UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GstElement.self) }
+    var object: UnsafeMutablePointer<GstObject> { UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GstObject.self) }
+    var transform: UnsafeMutablePointer<GstBaseTransform> {
+        UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GstBaseTransform.self)
+    }
+
+    var currentState: GstState { element.pointee.current_state }
+
+    func reconfigureSource() { gst_base_transform_reconfigure_src(transform) }
+
+    /// The template caps of the pad in `direction` (a new reference).
+    func padTemplateCaps(_ direction: GstPadDirection) -> UnsafeMutablePointer<GstCaps> {
+        let pad = direction == GST_PAD_SRC ? transform.pointee.srcpad : transform.pointee.sinkpad
+        return gst_pad_get_pad_template_caps(pad)
+    }
+
+    func postLatencyMessage() {
+        gst_element_post_message(element, gst_message_new_latency(object))
+    }
+
+    /// Posts an element message; takes ownership of `structure`.
+    func postElementMessage(_ structure: UnsafeMutablePointer<GstStructure>) {
+        gst_element_post_message(element, gst_message_new_element(object, structure))
+    }
+}
+
+/// A mapped video frame of a vfunc call (borrowed for the call only).
+struct VideoFrameView {
+    let frame: UnsafeMutablePointer<GstVideoFrame>
+
+    var width: Int { Int(frame.pointee.info.width) }
+    var height: Int { Int(frame.pointee.info.height) }
+    var stride: Int { Int(frame.pointee.info.stride.0) }
+    var bytes: UnsafeMutablePointer<UInt8> { frame.pointee.data.0!.assumingMemoryBound(to: UInt8.self) }
+    var bgra: BGRAImage { BGRAImage(base: UnsafePointer(bytes), width: width, height: height, stride: stride) }
+    var gray: GrayImage { GrayImage(base: bytes, width: width, height: height, stride: stride) }
+    var pts: GstClockTime { frame.pointee.buffer.pointee.pts }
+    var isDiscont: Bool {
+        frame.pointee.buffer.pointee.mini_object.flags & GST_BUFFER_FLAG_DISCONT.rawValue != 0
+    }
+}
+
+// MARK: - Type registration
+
+private var parentClass: UnsafeMutablePointer<GstVideoFilterClass>!
+
+private var parentObjectClass: UnsafeMutablePointer<GObjectClass> {
+    UnsafeMutableRawPointer(parentClass).assumingMemoryBound(to: GObjectClass.self)
+}
+
+private var parentTransformClass: UnsafeMutablePointer<GstBaseTransformClass> {
+    UnsafeMutableRawPointer(parentClass).assumingMemoryBound(to: GstBaseTransformClass.self)
+}
+
+private func filter(_ pointer: UnsafeMutableRawPointer?) -> MatteFilter {
+    let instance = pointer!.assumingMemoryBound(to: GstMatAnyone.self)
+    return Unmanaged<MatteFilter>.fromOpaque(instance.pointee.impl!).takeUnretainedValue()
+}
+
+/// GEnum types, registered once; names and nicks are strdup'ed because GLib keeps the pointers.
+private func registerEnum<E: PropertyEnum>(_: E.Type) -> GType {
+    let cases = Array(E.allCases)
+    let values = UnsafeMutablePointer<GEnumValue>.allocate(capacity: cases.count + 1)
+    for (index, item) in cases.enumerated() {
+        values[index] = GEnumValue(value: gint(item.rawValue), value_name: strdup(item.blurb), value_nick: strdup(item.nick))
+    }
+    values[cases.count] = GEnumValue(value: 0, value_name: nil, value_nick: nil)
+    return g_enum_register_static(strdup(E.typeName), values)
+}
+
+private let enumTypes: [String: GType] = [
+    OutputMode.typeName: registerEnum(OutputMode.self),
+    BackgroundMode.typeName: registerEnum(BackgroundMode.self),
+    EngineChoice.typeName: registerEnum(EngineChoice.self),
+    ProviderChoice.typeName: registerEnum(ProviderChoice.self),
+]
+
+private let sinkCapsString =
+    "video/x-raw, format=(string)BGRA, width=(int)[1, 32767], height=(int)[1, 32767], framerate=(fraction)[0/1, 2147483647/1]"
+private let sourceCapsString =
+    "video/x-raw, format=(string){ BGRA, RGBA, GRAY8 }, width=(int)[1, 32767], height=(int)[1, 32767], "
+    + "framerate=(fraction)[0/1, 2147483647/1]"
+
+/// The GType `GstMatAnyone`, registered on first use.
+let matAnyoneType: GType = {
+    g_type_register_static_simple(
+        shim_type_video_filter(), "GstMatAnyone",
+        guint(MemoryLayout<GstMatAnyoneClass>.size), classInit,
+        guint(MemoryLayout<GstMatAnyone>.size), instanceInit, GTypeFlags(rawValue: 0))
+}()
+
+private let classInit: GClassInitFunc = { klass, _ in
+    parentClass = g_type_class_peek_parent(klass)!.assumingMemoryBound(to: GstVideoFilterClass.self)
+    let objectClass = klass!.assumingMemoryBound(to: GObjectClass.self)
+    let elementClass = klass!.assumingMemoryBound(to: GstElementClass.self)
+    let transformClass = klass!.assumingMemoryBound(to: GstBaseTransformClass.self)
+    let videoFilterClass = klass!.assumingMemoryBound(to: GstVideoFilterClass.self)
+
+    objectClass.pointee.set_property = setPropertyTrampoline
+    objectClass.pointee.get_property = getPropertyTrampoline
+    objectClass.pointee.finalize = finalizeTrampoline
+    installProperties(objectClass)
+
+    gst_element_class_set_metadata(
+        elementClass, "MatAnyone human video matting", "Filter/Effect/Video",
+        "Live human video matting (MatAnyone2, or per-frame person segmentation): BGRA in, alpha plane "
+            + "(GRAY8) or composite (BGRA/RGBA) out",
+        "gst-matanyone developers")
+    for (name, direction, capsString) in [("sink", GST_PAD_SINK, sinkCapsString), ("src", GST_PAD_SRC, sourceCapsString)] {
+        let caps = gst_caps_from_string(capsString)
+        gst_element_class_add_pad_template(elementClass, gst_pad_template_new(name, direction, GST_PAD_ALWAYS, caps))
+        gst_caps_unref(caps)
+    }
+
+    transformClass.pointee.passthrough_on_same_caps = 0
+    transformClass.pointee.transform_ip_on_passthrough = 0
+    transformClass.pointee.start = { trans in filter(trans).start() ? 1 : 0 }
+    transformClass.pointee.stop = { trans in filter(trans).stop() ? 1 : 0 }
+    transformClass.pointee.transform_caps = { trans, direction, caps, filterCaps in
+        filter(trans).transformCaps(direction: direction, caps: caps!, filter: filterCaps)
+    }
+    transformClass.pointee.sink_event = { trans, event in
+        switch event!.pointee.type {
+        case GST_EVENT_FLUSH_STOP, GST_EVENT_STREAM_START:
+            filter(trans).resetStream()
+        default:
+            break
+        }
+        return parentTransformClass.pointee.sink_event(trans, event)
+    }
+    transformClass.pointee.submit_input_buffer = { trans, isDiscont, buffer in
+        filter(trans).countSubmitted()
+        return parentTransformClass.pointee.submit_input_buffer(trans, isDiscont, buffer)
+    }
+    transformClass.pointee.query = { trans, direction, query in
+        guard parentTransformClass.pointee.query(trans, direction, query) != 0 else { return 0 }
+        if direction == GST_PAD_SRC, query!.pointee.type == GST_QUERY_LATENCY {
+            var live: gboolean = 0
+            var minimum: GstClockTime = 0, maximum: GstClockTime = 0
+            gst_query_parse_latency(query, &live, &minimum, &maximum)
+            let (newMinimum, newMaximum) = filter(trans).answerLatency(live: live != 0, minimum: minimum, maximum: maximum)
+            gst_query_set_latency(query, live, newMinimum, newMaximum)
+        }
+        return 1
+    }
+
+    videoFilterClass.pointee.set_info = { videoFilter, _, inputInfo, _, outputInfo in
+        filter(videoFilter).setInfo(input: inputInfo!, output: outputInfo!) ? 1 : 0
+    }
+    videoFilterClass.pointee.transform_frame = { videoFilter, input, output in
+        filter(videoFilter).transform(input: VideoFrameView(frame: input!), output: VideoFrameView(frame: output!))
+    }
+}
+
+private let instanceInit: GInstanceInitFunc = { instance, _ in
+    let raw = UnsafeMutableRawPointer(instance!).assumingMemoryBound(to: GstMatAnyone.self)
+    let handle = ElementHandle(raw: raw)
+    raw.pointee.impl = Unmanaged.passRetained(MatteFilter(handle: handle)).toOpaque()
+    gst_base_transform_set_qos_enabled(handle.transform, 1)
+}
+
+private let finalizeTrampoline: @convention(c) (UnsafeMutablePointer<GObject>?) -> Void = { object in
+    let raw = UnsafeMutableRawPointer(object!).assumingMemoryBound(to: GstMatAnyone.self)
+    if let impl = raw.pointee.impl {
+        Unmanaged<MatteFilter>.fromOpaque(impl).release()
+        raw.pointee.impl = nil
+    }
+    parentObjectClass.pointee.finalize(object)
+}
+
+// MARK: - Properties
+
+private func installProperties(_ objectClass: UnsafeMutablePointer<GObjectClass>) {
+    for declaration in PropertyDeclaration.all {
+        let flags = declaration.mutability == .ready ? shim_param_readwrite_ready() : shim_param_readwrite_playing()
+        let spec: UnsafeMutablePointer<GParamSpec>
+        switch declaration.kind {
+        case let .enumeration(typeName, defaultValue):
+            spec = g_param_spec_enum(declaration.name, declaration.nick, declaration.blurb,
+                                     enumTypes[typeName]!, gint(defaultValue), flags)
+        case let .string(defaultValue):
+            spec = g_param_spec_string(declaration.name, declaration.nick, declaration.blurb, defaultValue, flags)
+        case let .uint(minimum, maximum, defaultValue):
+            spec = g_param_spec_uint(declaration.name, declaration.nick, declaration.blurb,
+                                     minimum, maximum, defaultValue, flags)
+        }
+        g_object_class_install_property(objectClass, declaration.id.rawValue, spec)
+    }
+}
+
+private let setPropertyTrampoline:
+    @convention(c) (UnsafeMutablePointer<GObject>?, guint, UnsafePointer<GValue>?, UnsafeMutablePointer<GParamSpec>?) -> Void = {
+        object, id, value, _ in
+        guard let propertyID = PropertyID(rawValue: id),
+              let declaration = PropertyDeclaration.all.first(where: { $0.id == propertyID }) else { return }
+        let converted: PropertyValue
+        switch declaration.kind {
+        case .enumeration: converted = .enumeration(Int32(g_value_get_enum(value)))
+        case .string: converted = .string(g_value_get_string(value).map { String(cString: $0) } ?? "")
+        case .uint: converted = .uint(g_value_get_uint(value))
+        }
+        filter(object).setProperty(propertyID, converted)
+    }
+
+private let getPropertyTrampoline:
+    @convention(c) (UnsafeMutablePointer<GObject>?, guint, UnsafeMutablePointer<GValue>?, UnsafeMutablePointer<GParamSpec>?) -> Void = {
+        object, id, value, _ in
+        guard let propertyID = PropertyID(rawValue: id) else { return }
+        switch filter(object).property(propertyID) {
+        case let .enumeration(raw): g_value_set_enum(value, gint(raw))
+        case let .string(text): g_value_set_string(value, text)
+        case let .uint(number): g_value_set_uint(value, number)
+        }
+    }
+
+// MARK: - Plugin
+
+private let pluginInit: GstPluginInitFunc = { plugin in
+    gst_element_register(plugin, "matanyone", guint(GST_RANK_NONE.rawValue), matAnyoneType)
+}
+
+public enum MatAnyonePlugin {
+    static let version = "0.1.0"
+
+    /// The descriptor the loader finds through `gst_plugin_matanyone_get_desc`; lives for the process.
+    public static let descriptor: UnsafeMutablePointer<GstPluginDesc> = {
+        let desc = UnsafeMutablePointer<GstPluginDesc>.allocate(capacity: 1)
+        desc.initialize(to: GstPluginDesc())
+        desc.pointee.major_version = gint(shim_gst_version_major())
+        desc.pointee.minor_version = gint(shim_gst_version_minor())
+        desc.pointee.name = UnsafePointer(strdup("matanyone"))
+        desc.pointee.description = UnsafePointer(strdup("Live human video matting with MatAnyone2"))
+        desc.pointee.plugin_init = pluginInit
+        desc.pointee.version = UnsafePointer(strdup(version))
+        desc.pointee.license = UnsafePointer(strdup("LGPL"))
+        desc.pointee.source = UnsafePointer(strdup("gst-matanyone"))
+        desc.pointee.package = UnsafePointer(strdup("gst-matanyone"))
+        desc.pointee.origin = UnsafePointer(strdup("gst-matanyone"))
+        return desc
+    }()
+
+    /// Registers the element in this process without loading the `.so` (for in-process tests).
+    @discardableResult
+    public static func registerStatic() -> Bool {
+        gst_plugin_register_static(
+            gint(shim_gst_version_major()), gint(shim_gst_version_minor()), "matanyone",
+            "Live human video matting with MatAnyone2", pluginInit, version, "LGPL", "gst-matanyone",
+            "gst-matanyone", "gst-matanyone") != 0
+    }
+}

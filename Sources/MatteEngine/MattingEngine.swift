@@ -1,0 +1,67 @@
+import Foundation
+
+/// The engines the element can run.
+public enum EngineKind: String, CaseIterable, Sendable {
+    /// Per-frame person segmentation (MediaPipe selfie segmentation): the embedded default.
+    case segmenter
+    /// First-frame-seeded, memory-based video matting.
+    case matanyone2
+}
+
+/// What an engine needs to start: where the models and the runtime are, and how to run sessions.
+public struct EngineOptions: Equatable, Sendable {
+    public var modelDir: String
+    public var runtimeLibrary: String
+    public var session: SessionConfig
+    public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
+                session: SessionConfig = SessionConfig()) {
+        self.modelDir = modelDir
+        self.runtimeLibrary = runtimeLibrary
+        self.session = session
+    }
+}
+
+/// Timing and state of one processed frame. Reused from frame to frame (no allocation per frame).
+public struct FrameReport {
+    public var preprocessMs = 0.0
+    public var inferenceMs = 0.0
+    public var postprocessMs = 0.0
+    /// Affinity, top-k and readout (MatAnyone2 only).
+    public var memoryMs = 0.0
+    /// One entry per `MattingEngine.modelNames`; 0 for models that did not run on this frame.
+    public var modelMs: [Double]
+    public var seeded = true
+    public var memoryFrames = 0
+    /// Time spent seeding (first-frame warm-up passes), reported once on the frame that seeded.
+    public var seedMs = 0.0
+
+    public init(modelCount: Int) { modelMs = [Double](repeating: 0, count: modelCount) }
+
+    public mutating func clear() {
+        preprocessMs = 0
+        inferenceMs = 0
+        postprocessMs = 0
+        memoryMs = 0
+        seedMs = 0
+        for index in modelMs.indices { modelMs[index] = 0 }
+    }
+}
+
+/// A matting backend: BGRA frame in, alpha plane of the same size out. Never sees GStreamer.
+public protocol MattingEngine: AnyObject {
+    var kind: EngineKind { get }
+    /// Names of the models whose times `FrameReport.modelMs` carries, in that order.
+    var modelNames: [String] { get }
+    /// Forgets all temporal state (a new stream, a seek, new caps).
+    func reset()
+    /// Computes the alpha of `frame` into `alpha` (same width and height).
+    func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws
+}
+
+/// Milliseconds since an arbitrary origin, monotonic.
+@inline(__always)
+public func monotonicMs() -> Double {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return Double(now.tv_sec) * 1000 + Double(now.tv_nsec) / 1_000_000
+}

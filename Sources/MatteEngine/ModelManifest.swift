@@ -1,0 +1,161 @@
+import Foundation
+
+/// Where set-up puts the runtime and the models: `$XDG_DATA_HOME/gst-matanyone` (by default
+/// `~/.local/share/gst-matanyone`), with `models/<engine>/manifest.json` and `onnxruntime/`.
+public enum ModelLocations {
+    public static var dataRoot: String {
+        let environment = ProcessInfo.processInfo.environment
+        if let xdg = environment["XDG_DATA_HOME"], !xdg.isEmpty { return xdg + "/gst-matanyone" }
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        return home + "/.local/share/gst-matanyone"
+    }
+
+    public static var defaultModelDir: String { dataRoot + "/models" }
+
+    /// The folder of one engine's model set inside `modelDir`. A `modelDir` that itself holds a
+    /// manifest for that engine is accepted too, so users can point straight at a set.
+    public static func engineDir(modelDir: String, engine: String) -> String {
+        let direct = modelDir + "/manifest.json"
+        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine,
+           FileManager.default.fileExists(atPath: direct) {
+            return modelDir
+        }
+        return modelDir + "/" + engine
+    }
+
+    public static func hasModelSet(modelDir: String, engine: String) -> Bool {
+        FileManager.default.fileExists(atPath: engineDir(modelDir: modelDir, engine: engine) + "/manifest.json")
+    }
+}
+
+/// `manifest.json` beside each model set: which engine it serves, its licence and each model file with
+/// the inputs and outputs the engine expects. Written by the Python tools (`tools/`).
+public struct ModelManifest: Decodable {
+    public struct Port: Decodable {
+        public let name: String
+        /// Ints, or strings for dynamic dimensions (decoded as -1).
+        public let shape: [Int]
+        public let dtype: String?
+
+        enum CodingKeys: String, CodingKey { case name, shape, dtype }
+        public init(from decoder: Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            name = try container.decode(String.self, forKey: .name)
+            dtype = try container.decodeIfPresent(String.self, forKey: .dtype)
+            var dims = try container.nestedUnkeyedContainer(forKey: .shape)
+            var shape: [Int] = []
+            while !dims.isAtEnd {
+                if let value = try? dims.decode(Int.self) { shape.append(value) } else {
+                    _ = try dims.decode(String.self)
+                    shape.append(-1)
+                }
+            }
+            self.shape = shape
+        }
+    }
+
+    public struct Model: Decodable {
+        public let file: String
+        public let sha256: String?
+        public let inputs: [Port]
+        public let outputs: [Port]
+    }
+
+    public let format: Int
+    public let engine: String
+    public let license: String?
+    public let models: [String: Model]
+    /// Engine parameters recorded by the exporter (e.g. MatAnyone2's key_dim); all optional.
+    public let config: [String: Double]?
+    public let dynamicSize: Bool?
+    public let sizeMultiple: Int?
+
+    enum CodingKeys: String, CodingKey {
+        case format, engine, license, models, config
+        case dynamicSize = "dynamic_size"
+        case sizeMultiple = "size_multiple"
+    }
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        format = try container.decode(Int.self, forKey: .format)
+        engine = try container.decode(String.self, forKey: .engine)
+        license = try container.decodeIfPresent(String.self, forKey: .license)
+        models = try container.decode([String: Model].self, forKey: .models)
+        // Only the numeric entries of config matter to the engine; others are informational.
+        config = (try? container.decodeIfPresent([String: LenientNumber].self, forKey: .config))?
+            .flatMap { $0.compactMapValues(\.value) }
+        dynamicSize = try container.decodeIfPresent(Bool.self, forKey: .dynamicSize)
+        sizeMultiple = try container.decodeIfPresent(Int.self, forKey: .sizeMultiple)
+    }
+
+    private struct LenientNumber: Decodable {
+        let value: Double?
+        init(from decoder: Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            value = try? container.decode(Double.self)
+        }
+    }
+
+    public static func load(directory: String) throws -> ModelManifest {
+        let path = directory + "/manifest.json"
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw EngineError.modelMissing(path: directory, hint: "The model folder does not exist. " + setupHint)
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw EngineError.modelMissing(path: path, hint: "The model folder has no manifest.json. " + setupHint)
+        }
+        do {
+            return try JSONDecoder().decode(ModelManifest.self, from: data)
+        } catch {
+            throw EngineError.modelInvalid(path: path, detail: "manifest.json cannot be read (\(error)). " + setupHint)
+        }
+    }
+
+    /// Checks that the manifest serves `engine`, lists `required` models and that each file exists.
+    public func validate(directory: String, engine expected: String, required: [String]) throws {
+        let path = directory + "/manifest.json"
+        guard format == 1 else {
+            throw EngineError.modelInvalid(path: path, detail: "manifest format \(format) is not supported (need 1)")
+        }
+        guard engine == expected else {
+            throw EngineError.modelInvalid(path: path, detail: "manifest is for engine '\(engine)', not '\(expected)'")
+        }
+        for name in required {
+            guard let model = models[name] else {
+                throw EngineError.modelInvalid(path: path, detail: "manifest lists no model '\(name)'")
+            }
+            let file = directory + "/" + model.file
+            guard FileManager.default.fileExists(atPath: file) else {
+                throw EngineError.modelMissing(path: file, hint: "The manifest lists it but the file is absent. " + setupHint)
+            }
+        }
+    }
+
+    /// Opens model `name` and checks its declared ports against the manifest, so a manifest and file
+    /// that disagree fail at start, not on the first frame.
+    public func openSession(_ name: String, directory: String, runtime: OnnxRuntime, config: SessionConfig) throws -> Session {
+        let model = models[name]!
+        let file = directory + "/" + model.file
+        let session = try Session(runtime: runtime, name: name, path: file, config: config)
+        let declared = (model.inputs, model.outputs)
+        for (ports, actual, kind) in [(declared.0, session.inputs, "input"), (declared.1, session.outputs, "output")] {
+            for port in ports {
+                guard let found = actual.first(where: { $0.name == port.name }) else {
+                    throw EngineError.modelInvalid(
+                        path: file, detail: "the manifest lists \(kind) '\(port.name)' but the model has "
+                            + actual.map(\.name).joined(separator: ", ") + ". Re-export the model set.")
+                }
+                let agrees = found.shape.count == port.shape.count
+                    && zip(found.shape, port.shape).allSatisfy { $0 < 0 || $1 < 0 || $0 == $1 }
+                guard agrees else {
+                    throw EngineError.modelInvalid(
+                        path: file, detail: "\(kind) '\(port.name)' has shape \(found.shape) in the file but "
+                            + "\(port.shape) in the manifest. Re-export the model set.")
+                }
+            }
+        }
+        return session
+    }
+}

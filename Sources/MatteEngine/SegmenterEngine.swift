@@ -1,0 +1,73 @@
+/// Per-frame person segmentation with the MediaPipe selfie segmentation model (Apache-2.0), converted
+/// to ONNX by `tools/selfie/convert.py`. The frame is resampled to the model's square input (stretched,
+/// not letterboxed, so the alpha maps back onto the whole frame) and the probability is resampled back.
+public final class SegmenterEngine: MattingEngine {
+    public let kind = EngineKind.segmenter
+    public let modelNames = ["segmenter"]
+    public let directory: String
+    let session: Session
+    let input: Tensor
+    let output: Tensor
+    let binding: Binding
+    let inputWidth: Int, inputHeight: Int
+    let channelsLast: Bool
+    private var down: Resampler?
+    private var up: Resampler?
+
+    public init(options: EngineOptions) throws {
+        directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
+        let manifest = try ModelManifest.load(directory: directory)
+        try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
+        let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
+        session = try manifest.openSession("segmenter", directory: directory, runtime: runtime, config: options.session)
+        guard session.inputs.count == 1, session.outputs.count >= 1 else {
+            throw EngineError.modelInvalid(path: session.path, detail: "expected one image input and a mask output")
+        }
+        let shape = session.inputs[0].shape
+        guard shape.count == 4, shape[3] == 3 || shape[1] == 3 else {
+            throw EngineError.modelInvalid(path: session.path, detail: "input shape \(shape) is not an RGB image")
+        }
+        channelsLast = shape[3] == 3
+        inputHeight = channelsLast ? shape[1] : shape[2]
+        inputWidth = channelsLast ? shape[2] : shape[3]
+        guard inputWidth > 0, inputHeight > 0 else {
+            throw EngineError.modelInvalid(path: session.path, detail: "input shape \(shape) must be static")
+        }
+        let outputSpec = session.outputs[0]
+        guard outputSpec.shape.reduce(1, *) == inputWidth * inputHeight else {
+            throw EngineError.modelInvalid(path: session.path,
+                                           detail: "output \(outputSpec.shape) is not one \(inputWidth)×\(inputHeight) plane")
+        }
+        input = try Tensor(runtime: runtime, shape: shape)
+        output = try Tensor(runtime: runtime, shape: outputSpec.shape)
+        binding = try session.bind(inputs: [session.inputs[0].name: input], outputs: [outputSpec.name: output])
+    }
+
+    public func reset() {}
+
+    public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        let start = monotonicMs()
+        if down?.sourceWidth != frame.width || down?.sourceHeight != frame.height {
+            down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height,
+                             targetWidth: inputWidth, targetHeight: inputHeight)
+            up = Resampler(sourceWidth: inputWidth, sourceHeight: inputHeight,
+                           targetWidth: frame.width, targetHeight: frame.height)
+        }
+        let planeSize = inputWidth * inputHeight
+        if channelsLast {
+            down!.bgraToRGB(frame, into: input.data, pixelStep: 3, rowStride: inputWidth * 3, planeStride: 1)
+        } else {
+            down!.bgraToRGB(frame, into: input.data, pixelStep: 1, rowStride: inputWidth, planeStride: planeSize)
+        }
+        let inferStart = monotonicMs()
+        try binding.run()
+        let inferEnd = monotonicMs()
+        up!.resample(output.data, sourceStride: inputWidth, into: alpha)
+        let end = monotonicMs()
+        report.preprocessMs = inferStart - start
+        report.inferenceMs = inferEnd - inferStart
+        report.modelMs[0] = inferEnd - inferStart
+        report.postprocessMs = end - inferEnd
+        report.seeded = true
+    }
+}
