@@ -1,0 +1,1 @@
+"""MediaPipe selfie segmentation -> ONNX converter and its validation (see convert.py)."""
