@@ -26,12 +26,13 @@ let package = Package(
             name: "MatteEngine",
             dependencies: ["COnnxRuntime", "COpenBLAS"],
             path: "Sources/MatteEngine",
-            swiftSettings: [.unsafeFlags(["-Ounchecked"])]
+            swiftSettings: [.unsafeFlags(["-O"])]
         ),
         .target(
             name: "MatteElement",
             dependencies: ["CGStreamer", "MatteEngine"],
-            path: "Sources/MatteElement"
+            path: "Sources/MatteElement",
+            swiftSettings: [.unsafeFlags(["-O"])]
         ),
         .target(
             name: "GstMatAnyonePlugin",

@@ -111,43 +111,57 @@ struct Compositor {
         if blurred.count != width * height * 4 {
             blurred = [UInt8](repeating: 255, count: width * height * 4)
             scratch = [UInt16](repeating: 0, count: width * height * 4)
+            columnSums = [Int32](repeating: 0, count: width * 4)
         }
         blurred.withUnsafeMutableBufferPointer { target in
-            scratch.withUnsafeMutableBufferPointer { temp in
-                let out = target.baseAddress!, tmp = temp.baseAddress!
-                for y in 0..<height {
-                    let row = frame.base + y * frame.stride
-                    for x in 0..<width * 4 { out[y * width * 4 + x] = row[x] }
-                }
-                for _ in 0..<2 {
-                    Compositor.boxPass(from: out, to: tmp, width: width, height: height, radius: radius, horizontal: true)
-                    Compositor.boxPass(from: tmp, to: out, width: width, height: height, radius: radius, horizontal: false)
+        scratch.withUnsafeMutableBufferPointer { temp in
+        columnSums.withUnsafeMutableBufferPointer { sums in
+            let out = target.baseAddress!, tmp = temp.baseAddress!, sum = sums.baseAddress!
+            Compositor.horizontalBox(from: frame.base, stride: frame.stride, to: tmp, width: width, height: height, radius: radius)
+            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius)
+            Compositor.horizontalBox(from: out, stride: width * 4, to: tmp, width: width, height: height, radius: radius)
+            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius)
+        }}}
+    }
+
+    private var columnSums: [Int32] = []
+
+    /// Box filter along each row (running sums, edges clamped); B, G, R only.
+    private static func horizontalBox(from source: UnsafePointer<UInt8>, stride: Int, to destination: UnsafeMutablePointer<UInt16>,
+                                      width: Int, height: Int, radius: Int) {
+        let window = Int32(2 * radius + 1)
+        for y in 0..<height {
+            let row = source + y * stride
+            let out = destination + y * width * 4
+            for channel in 0..<3 {
+                var sum: Int32 = 0
+                for i in -radius...radius { sum += Int32(row[min(max(i, 0), width - 1) * 4 + channel]) }
+                for x in 0..<width {
+                    out[x * 4 + channel] = UInt16((sum + window / 2) / window)
+                    let entering = min(x + radius + 1, width - 1), leaving = max(x - radius, 0)
+                    sum += Int32(row[entering * 4 + channel]) - Int32(row[leaving * 4 + channel])
                 }
             }
         }
     }
 
-    /// One box-filter pass along rows or columns with clamped edges (running sums, O(1) per pixel).
-    private static func boxPass<S: FixedWidthInteger, D: FixedWidthInteger>(
-        from source: UnsafeMutablePointer<S>, to destination: UnsafeMutablePointer<D>,
-        width: Int, height: Int, radius: Int, horizontal: Bool
-    ) {
-        let lines = horizontal ? height : width
-        let length = horizontal ? width : height
-        let step = horizontal ? 4 : width * 4
-        let lineStep = horizontal ? width * 4 : 4
-        let window = 2 * radius + 1
-        for line in 0..<lines {
-            for channel in 0..<3 {
-                let base = line * lineStep + channel
-                @inline(__always) func sample(_ i: Int) -> Int { Int(source[base + min(max(i, 0), length - 1) * step]) }
-                var sum = 0
-                for i in -radius...radius { sum += sample(i) }
-                for i in 0..<length {
-                    destination[base + i * step] = D((sum + window / 2) / window)
-                    sum += sample(i + radius + 1) - sample(i - radius)
-                }
-            }
+    /// Box filter along columns, row by row with a running sum per column (cache friendly); alpha 255.
+    private static func verticalBox(from source: UnsafePointer<UInt16>, to destination: UnsafeMutablePointer<UInt8>,
+                                    sums: UnsafeMutablePointer<Int32>, width: Int, height: Int, radius: Int) {
+        let rowLength = width * 4
+        let window = Int32(2 * radius + 1)
+        sums.update(repeating: 0, count: rowLength)
+        for i in -radius...radius {
+            let row = source + min(max(i, 0), height - 1) * rowLength
+            for x in 0..<rowLength { sums[x] += Int32(row[x]) }
+        }
+        for y in 0..<height {
+            let out = destination + y * rowLength
+            for x in 0..<rowLength { out[x] = UInt8((sums[x] + window / 2) / window) }
+            for x in 0..<width { out[x * 4 + 3] = 255 }
+            let entering = source + min(y + radius + 1, height - 1) * rowLength
+            let leaving = source + max(y - radius, 0) * rowLength
+            for x in 0..<rowLength { sums[x] += Int32(entering[x]) - Int32(leaving[x]) }
         }
     }
 }

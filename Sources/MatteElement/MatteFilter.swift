@@ -113,7 +113,7 @@ final class MatteFilter {
     func transformCaps(direction: GstPadDirection, caps: UnsafeMutablePointer<GstCaps>,
                        filter: UnsafeMutablePointer<GstCaps>?) -> UnsafeMutablePointer<GstCaps> {
         let formats = direction == GST_PAD_SINK ? sourceFormats() : ["BGRA"]
-        let result = gst_caps_new_empty()!
+        var result = gst_caps_new_empty()!
         for index in 0..<gst_caps_get_size(caps) {
             let structure = gst_caps_get_structure(caps, index)!
             for format in formats {
@@ -122,7 +122,7 @@ final class MatteFilter {
                 gst_structure_remove_field(copy, "colorimetry")
                 gst_structure_remove_field(copy, "chroma-site")
                 shim_structure_set_string(copy, "format", format)
-                gst_caps_merge_structure(result, copy)
+                result = gst_caps_merge_structure(result, copy)
             }
         }
         let template = handle.padTemplateCaps(direction == GST_PAD_SINK ? GST_PAD_SRC : GST_PAD_SINK)

@@ -1,0 +1,69 @@
+import Testing
+@testable import MatteElement
+import MatteEngine
+
+/// Compositing and latency bookkeeping: pure logic.
+struct PixelLogicTests {
+    private func image(_ pixels: [UInt8], width: Int) -> ([UInt8], Int) { (pixels, width) }
+
+    @Test func attachAlphaKeepsColoursAndSwapsForRGBA() {
+        let frame: [UInt8] = [10, 20, 30, 255, 40, 50, 60, 255]
+        var matte: [UInt8] = [0, 200]
+        var bgra = [UInt8](repeating: 0, count: 8), rgba = [UInt8](repeating: 0, count: 8)
+        frame.withUnsafeBufferPointer { source in
+            matte.withUnsafeMutableBufferPointer { alpha in
+                let view = BGRAImage(base: source.baseAddress!, width: 2, height: 1, stride: 8)
+                let plane = GrayImage(base: alpha.baseAddress!, width: 2, height: 1, stride: 2)
+                Compositor.attachAlpha(frame: view, alpha: plane, output: &bgra, outputStride: 8, format: .bgra)
+                Compositor.attachAlpha(frame: view, alpha: plane, output: &rgba, outputStride: 8, format: .rgba)
+            }
+        }
+        #expect(bgra == [10, 20, 30, 0, 40, 50, 60, 200])
+        #expect(rgba == [30, 20, 10, 0, 60, 50, 40, 200])
+    }
+
+    @Test func flatteningOverAColourIsPorterDuffOver() {
+        let frame: [UInt8] = [200, 100, 0, 255, 200, 100, 0, 255, 200, 100, 0, 255]
+        var matte: [UInt8] = [255, 0, 128]
+        var out = [UInt8](repeating: 0, count: 12), translucent = [UInt8](repeating: 0, count: 12)
+        frame.withUnsafeBufferPointer { source in
+            matte.withUnsafeMutableBufferPointer { alpha in
+                let view = BGRAImage(base: source.baseAddress!, width: 3, height: 1, stride: 12)
+                let plane = GrayImage(base: alpha.baseAddress!, width: 3, height: 1, stride: 3)
+                // Opaque green background.
+                Compositor.flattenOverColor(frame: view, alpha: plane, output: &out, outputStride: 12, format: .bgra,
+                                            color: 0xFF00_FF00)
+                // Fully transparent background: result keeps the frame's colour with alpha = matte.
+                Compositor.flattenOverColor(frame: view, alpha: plane, output: &translucent, outputStride: 12,
+                                            format: .bgra, color: 0x0000_FF00)
+            }
+        }
+        #expect(Array(out[0..<4]) == [200, 100, 0, 255])       // person
+        #expect(Array(out[4..<8]) == [0, 255, 0, 255])         // background
+        #expect(Array(out[8..<12]) == [100, 177, 0, 255])      // half: 200·.502, 100·.502 + 255·.498
+        #expect(Array(translucent[0..<4]) == [200, 100, 0, 255])
+        #expect(translucent[7] == 0)
+        #expect(Array(translucent[8..<12]) == [200, 100, 0, 128])
+    }
+
+    @Test func latencyTrackerReportsAHighPercentileAndDetectsDrift() {
+        var tracker = LatencyTracker(window: 16)
+        #expect(tracker.answer(fallbackMs: 12) == 12)
+        for _ in 0..<15 {
+            let drifted = tracker.add(10)
+            #expect(!drifted)
+        }
+        #expect(tracker.currentMs == 10)
+        _ = tracker.answer(fallbackMs: 0)
+        #expect(tracker.reportedMs == 10)
+        // One slow frame in sixteen: the 95th percentile moves to it.
+        let drifted = tracker.add(40)
+        #expect(drifted)
+        #expect(tracker.currentMs == 40)
+        _ = tracker.answer(fallbackMs: 0)
+        // Back to steady 10 ms: once the slow frame leaves the window, drift is reported again.
+        var reported = false
+        for _ in 0..<16 { reported = tracker.add(10) || reported }
+        #expect(reported)
+    }
+}

@@ -1,0 +1,157 @@
+import CGStreamer
+import CGstCheck
+import Foundation
+import MatteElement
+import MatteEngine
+
+/// gst_init and static registration, once per process (Swift Testing runs tests in parallel).
+let gstreamerReady: Bool = {
+    gst_init(nil, nil)
+    return MatAnyonePlugin.registerStatic()
+}()
+
+enum TestEnvironment {
+    static var modelDir: String {
+        ProcessInfo.processInfo.environment["MATANYONE_TEST_MODELS"] ?? ModelLocations.defaultModelDir
+    }
+
+    static var dataDir: String {
+        ProcessInfo.processInfo.environment["MATANYONE_TEST_DATA"]
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("build/test-data").path
+    }
+
+    static func scratch(_ name: String) -> String {
+        let path = dataDir + "/scratch/" + name + "-" + UUID().uuidString
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// The element with the test model folder, ready to go into a launch line.
+    static var element: String { "matanyone model-dir=\"\(modelDir)\"" }
+}
+
+/// An error message read off the bus.
+struct BusError {
+    let domain: String
+    let code: Int32
+    let message: String
+    let debug: String
+}
+
+/// What a pipeline run produced.
+struct PipelineRun {
+    var error: BusError?
+    var warnings: [String] = []
+    var elementMessages: [[String: String]] = []
+    var reachedEOS = false
+    var latencyMessages = 0
+    var samples: [[UInt8]] = []
+    var caps: [String] = []
+}
+
+/// Runs `description` (with an optional `appsink name=out`) to EOS, ERROR or the timeout.
+func runPipeline(_ description: String, timeout: Double = 60, before: ((UnsafeMutablePointer<GstElement>) -> Void)? = nil,
+                 whilePlaying: ((UnsafeMutablePointer<GstElement>) -> Void)? = nil) -> PipelineRun {
+    precondition(gstreamerReady)
+    var parseError: UnsafeMutablePointer<GError>?
+    guard let pipeline = gst_parse_launch(description, &parseError) else {
+        let text = parseError.map { String(cString: $0.pointee.message) } ?? "?"
+        return PipelineRun(error: BusError(domain: "parse", code: -1, message: text, debug: ""))
+    }
+    defer {
+        gst_element_set_state(pipeline, GST_STATE_NULL)
+        gst_object_unref(pipeline)
+    }
+    before?(pipeline)
+    let bus = gst_element_get_bus(pipeline)!
+    defer { gst_object_unref(bus) }
+    let sinkElement = gst_bin_get_by_name(UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self), "out")
+    defer { if let sinkElement { gst_object_unref(sinkElement) } }
+    var run = PipelineRun()
+    gst_element_set_state(pipeline, GST_STATE_PLAYING)
+    var calledWhilePlaying = false
+    let deadline = Date().addingTimeInterval(timeout)
+    func drainSink() {
+        guard let sinkElement else { return }
+        let sink = UnsafeMutableRawPointer(sinkElement).assumingMemoryBound(to: GstAppSink.self)
+        while let sample = gst_app_sink_try_pull_sample(sink, 0) {
+            if let caps = gst_sample_get_caps(sample), let text = gst_caps_to_string(caps) {
+                run.caps.append(String(cString: text))
+                g_free(text)
+            }
+            if let buffer = gst_sample_get_buffer(sample) {
+                var map = GstMapInfo()
+                if gst_buffer_map(buffer, &map, GST_MAP_READ) != 0 {
+                    run.samples.append(Array(UnsafeBufferPointer(start: map.data, count: Int(map.size))))
+                    gst_buffer_unmap(buffer, &map)
+                }
+            }
+            gst_sample_unref(sample)
+        }
+    }
+    loop: while Date() < deadline {
+        drainSink()
+        guard let message = gst_bus_timed_pop(bus, 20_000_000) else {
+            if !calledWhilePlaying, let whilePlaying {
+                var state = GST_STATE_NULL, pending = GST_STATE_NULL
+                gst_element_get_state(pipeline, &state, &pending, 0)
+                if state == GST_STATE_PLAYING {
+                    calledWhilePlaying = true
+                    whilePlaying(pipeline)
+                }
+            }
+            continue
+        }
+        defer { gst_message_unref(message) }
+        switch message.pointee.type {
+        case GST_MESSAGE_EOS:
+            run.reachedEOS = true
+            break loop
+        case GST_MESSAGE_ERROR, GST_MESSAGE_WARNING:
+            var error: UnsafeMutablePointer<GError>?
+            var debug: UnsafeMutablePointer<gchar>?
+            if message.pointee.type == GST_MESSAGE_ERROR {
+                gst_message_parse_error(message, &error, &debug)
+            } else {
+                gst_message_parse_warning(message, &error, &debug)
+            }
+            let text = String(cString: error!.pointee.message)
+            if message.pointee.type == GST_MESSAGE_ERROR {
+                run.error = BusError(domain: String(cString: g_quark_to_string(error!.pointee.domain)),
+                                     code: error!.pointee.code, message: text,
+                                     debug: debug.map { String(cString: $0) } ?? "")
+            } else {
+                run.warnings.append(text)
+            }
+            g_error_free(error)
+            g_free(debug)
+            if message.pointee.type == GST_MESSAGE_ERROR { break loop }
+        case GST_MESSAGE_ELEMENT:
+            if let structure = gst_message_get_structure(message) {
+                var fields: [String: String] = ["name": String(cString: gst_structure_get_name(structure))]
+                for index in 0..<gst_structure_n_fields(structure) {
+                    let field = gst_structure_nth_field_name(structure, guint(index))!
+                    if let value = gst_structure_get_value(structure, field), let text = gst_value_serialize(value) {
+                        fields[String(cString: field)] = String(cString: text)
+                        g_free(text)
+                    }
+                }
+                run.elementMessages.append(fields)
+            }
+        case GST_MESSAGE_LATENCY:
+            run.latencyMessages += 1
+        default:
+            break
+        }
+    }
+    drainSink()
+    return run
+}
+
+/// Resident set size of this process, in bytes.
+func residentBytes() -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = text.split(separator: " ")
+    return (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+}

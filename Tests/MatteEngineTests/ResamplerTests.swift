@@ -1,0 +1,104 @@
+import Testing
+@testable import MatteEngine
+
+/// Pure resampling logic: no runtime, no models.
+struct ResamplerTests {
+    private func bgra(width: Int, height: Int, stride: Int? = nil, pixel: (Int, Int) -> (UInt8, UInt8, UInt8)) -> [UInt8] {
+        let rowBytes = stride ?? width * 4
+        var data = [UInt8](repeating: 77, count: rowBytes * height)
+        for y in 0..<height {
+            for x in 0..<width {
+                let (r, g, b) = pixel(x, y)
+                data[y * rowBytes + x * 4 + 0] = b
+                data[y * rowBytes + x * 4 + 1] = g
+                data[y * rowBytes + x * 4 + 2] = r
+                data[y * rowBytes + x * 4 + 3] = 255
+            }
+        }
+        return data
+    }
+
+    @Test func areaDownscaleAveragesBlocksAndKeepsChannelOrder() {
+        // 4×2 → 2×1: each output pixel averages a 2×2 block.
+        let data = bgra(width: 4, height: 2) { x, y in (UInt8(x * 10 + y * 100), 50, 200) }
+        var out = [Float](repeating: -1, count: 2 * 3)
+        let resampler = Resampler(sourceWidth: 4, sourceHeight: 2, targetWidth: 2, targetHeight: 1)
+        data.withUnsafeBufferPointer { pixels in
+            let image = BGRAImage(base: pixels.baseAddress!, width: 4, height: 2, stride: 16)
+            resampler.bgraToRGB(image, into: &out, pixelStep: 1, rowStride: 2, planeStride: 2, scale: 1)
+        }
+        // Planar RGB: R plane, G plane, B plane.
+        #expect(abs(out[0] - 55) < 1e-4)   // (0+10+100+110)/4
+        #expect(abs(out[1] - 75) < 1e-4)   // (20+30+120+130)/4
+        #expect(out[2] == 50 && out[3] == 50)
+        #expect(out[4] == 200 && out[5] == 200)
+    }
+
+    @Test func rowStridePaddingIsIgnored() {
+        let tight = bgra(width: 5, height: 3) { x, y in (UInt8(x * 40), UInt8(y * 80), 9) }
+        let padded = bgra(width: 5, height: 3, stride: 5 * 4 + 12) { x, y in (UInt8(x * 40), UInt8(y * 80), 9) }
+        let resampler = Resampler(sourceWidth: 5, sourceHeight: 3, targetWidth: 3, targetHeight: 2)
+        var a = [Float](repeating: 0, count: 18), b = [Float](repeating: 0, count: 18)
+        tight.withUnsafeBufferPointer {
+            resampler.bgraToRGB(BGRAImage(base: $0.baseAddress!, width: 5, height: 3, stride: 20), into: &a,
+                                pixelStep: 3, rowStride: 9, planeStride: 1)
+        }
+        padded.withUnsafeBufferPointer {
+            resampler.bgraToRGB(BGRAImage(base: $0.baseAddress!, width: 5, height: 3, stride: 32), into: &b,
+                                pixelStep: 3, rowStride: 9, planeStride: 1)
+        }
+        #expect(a == b)
+    }
+
+    @Test func bilinearUpscaleInterpolatesAndClampsEdges() {
+        // 2×1 plane [0, 1] → 4×1: pixel centres at 0.25 and 0.75 of the way.
+        let source: [Float] = [0, 1]
+        var out = [Float](repeating: -1, count: 4)
+        let resampler = Resampler(sourceWidth: 2, sourceHeight: 1, targetWidth: 4, targetHeight: 1)
+        source.withUnsafeBufferPointer { resampler.resample($0.baseAddress!, sourceStride: 2, into: &out, destinationStride: 4) }
+        #expect(out.map { ($0 * 100).rounded() / 100 } == [0, 0.25, 0.75, 1])
+    }
+
+    @Test func floatToGrayRoundsAndClamps() {
+        let source: [Float] = [-0.5, 0.5, 1.5, 0.2]
+        var bytes = [UInt8](repeating: 0, count: 4)
+        let resampler = Resampler(sourceWidth: 4, sourceHeight: 1, targetWidth: 4, targetHeight: 1)
+        source.withUnsafeBufferPointer { plane in
+            bytes.withUnsafeMutableBufferPointer { out in
+                resampler.resample(plane.baseAddress!, sourceStride: 4,
+                                   into: GrayImage(base: out.baseAddress!, width: 4, height: 1, stride: 4))
+            }
+        }
+        #expect(bytes == [0, 128, 255, 51])
+    }
+
+    @Test func constantImageStaysConstantAtAnyRatio() {
+        for (sw, sh, tw, th) in [(17, 9, 256, 256), (1920, 1080, 256, 256), (3, 5, 7, 2), (1, 1, 4, 4)] {
+            let data = bgra(width: sw, height: sh) { _, _ in (100, 150, 200) }
+            var out = [Float](repeating: 0, count: tw * th * 3)
+            let resampler = Resampler(sourceWidth: sw, sourceHeight: sh, targetWidth: tw, targetHeight: th)
+            data.withUnsafeBufferPointer {
+                resampler.bgraToRGB(BGRAImage(base: $0.baseAddress!, width: sw, height: sh, stride: sw * 4), into: &out,
+                                    pixelStep: 3, rowStride: tw * 3, planeStride: 1, scale: 1)
+            }
+            for index in stride(from: 0, to: out.count, by: 3) {
+                #expect(abs(out[index] - 100) < 1e-2 && abs(out[index + 1] - 150) < 1e-2 && abs(out[index + 2] - 200) < 1e-2)
+            }
+        }
+    }
+
+    @Test func areaTapsCoverTheSourceExactlyOnce() {
+        for (source, output) in [(1920, 256), (1080, 256), (10, 3), (7, 7)] {
+            let taps = AxisTaps(source: source, output: output)
+            var coverage = [Float](repeating: 0, count: source)
+            for o in 0..<output {
+                for t in 0..<taps.tapCount {
+                    coverage[taps.index[o * taps.tapCount + t]] += taps.weight[o * taps.tapCount + t]
+                }
+            }
+            // Every source pixel contributes output/source in total.
+            let expected = Float(output) / Float(source)
+            #expect(coverage.allSatisfy { abs($0 - expected) < 1e-3 })
+        }
+    }
+}

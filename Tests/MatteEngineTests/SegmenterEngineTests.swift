@@ -1,0 +1,147 @@
+import Foundation
+import Testing
+@testable import MatteEngine
+
+/// The segmenter engine on the real converted model and the real ONNX Runtime.
+struct SegmenterEngineTests {
+    private var options: EngineOptions { EngineOptions(modelDir: TestData.modelDir) }
+
+    /// A copy of the installed segmenter set that a test may damage.
+    private func copyOfModelSet() throws -> String {
+        let source = ModelLocations.engineDir(modelDir: TestData.modelDir, engine: "segmenter")
+        let target = TestData.scratch("segmenter-copy")
+        for name in try FileManager.default.contentsOfDirectory(atPath: source) {
+            try FileManager.default.copyItem(atPath: source + "/" + name, toPath: target + "/" + name)
+        }
+        return target
+    }
+
+    private func editManifest(in directory: String, _ edit: (inout [String: Any]) -> Void) throws {
+        let path = directory + "/manifest.json"
+        var json = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as! [String: Any]
+        edit(&json)
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
+    }
+
+    @Test func missingModelFolderNamesThePathAndTheFix() {
+        let options = EngineOptions(modelDir: "/nonexistent/models")
+        #expect {
+            try SegmenterEngine(options: options)
+        } throws: { error in
+            guard case let .modelMissing(path, hint) = error as? EngineError else { return false }
+            return path.hasPrefix("/nonexistent/models") && hint.contains("scripts/setup.sh")
+        }
+    }
+
+    @Test func corruptModelFileIsInvalid() throws {
+        let directory = try copyOfModelSet()
+        try Data("this is not an onnx file".utf8).write(to: URL(fileURLWithPath: directory + "/selfie_segmentation.onnx"))
+        #expect {
+            try SegmenterEngine(options: EngineOptions(modelDir: directory))
+        } throws: { error in
+            guard case let .modelInvalid(path, _) = error as? EngineError else { return false }
+            return path.hasSuffix("selfie_segmentation.onnx")
+        }
+    }
+
+    @Test func manifestForAnotherEngineIsRejected() throws {
+        let directory = try copyOfModelSet()
+        try editManifest(in: directory) { $0["engine"] = "matanyone2" }
+        #expect(throws: EngineError.self) { try SegmenterEngine(options: EngineOptions(modelDir: directory)) }
+    }
+
+    @Test func manifestListingAnAbsentFileIsMissing() throws {
+        let directory = try copyOfModelSet()
+        try FileManager.default.removeItem(atPath: directory + "/selfie_segmentation.onnx")
+        #expect {
+            try SegmenterEngine(options: EngineOptions(modelDir: directory))
+        } throws: { error in
+            if case .modelMissing = error as? EngineError { return true }
+            return false
+        }
+    }
+
+    @Test func manifestDisagreeingWithTheFileIsInvalid() throws {
+        let directory = try copyOfModelSet()
+        try editManifest(in: directory) { json in
+            var models = json["models"] as! [String: Any]
+            var segmenter = models["segmenter"] as! [String: Any]
+            segmenter["inputs"] = [["name": "image", "shape": [1, 128, 128, 3], "dtype": "float32"]]
+            models["segmenter"] = segmenter
+            json["models"] = models
+        }
+        #expect {
+            try SegmenterEngine(options: EngineOptions(modelDir: directory))
+        } throws: { error in
+            guard case let .modelInvalid(_, detail) = error as? EngineError else { return false }
+            return detail.contains("manifest")
+        }
+    }
+
+    @Test func absentRuntimeLibraryIsReported() {
+        var options = self.options
+        options.runtimeLibrary = "/nonexistent/libonnxruntime.so.1"
+        #expect {
+            try SegmenterEngine(options: options)
+        } throws: { error in
+            guard case let .runtimeUnavailable(detail) = error as? EngineError else { return false }
+            return detail.contains("/nonexistent/libonnxruntime.so.1") && detail.contains("runtime-library")
+        }
+    }
+
+    @Test func aLibraryThatIsNotOnnxRuntimeIsReported() {
+        var options = self.options
+        options.runtimeLibrary = "libz.so.1"
+        #expect {
+            try SegmenterEngine(options: options)
+        } throws: { error in
+            guard case let .runtimeUnavailable(detail) = error as? EngineError else { return false }
+            return detail.contains("not ONNX Runtime")
+        }
+    }
+
+    @Test func findsThePersonInARealFrame() throws {
+        let engine = try SegmenterEngine(options: options)
+        let frames = try TestData.frames("test-sample2-512x288.bgra", width: 512, height: 288)
+        let maskData = try #require(FileManager.default.contents(atPath: TestData.dataDir + "/test-sample2-mask-512x288.gray"))
+        let mask = [UInt8](maskData)
+        var alpha = [UInt8](repeating: 0, count: 512 * 288)
+        var report = FrameReport(modelCount: 1)
+        try frames[0].withUnsafeBufferPointer { pixels in
+            try alpha.withUnsafeMutableBufferPointer { plane in
+                try engine.matte(BGRAImage(base: pixels.baseAddress!, width: 512, height: 288, stride: 2048),
+                                 into: GrayImage(base: plane.baseAddress!, width: 512, height: 288, stride: 512),
+                                 report: &report)
+            }
+        }
+        var intersection = 0, union = 0
+        for index in 0..<alpha.count {
+            let predicted = alpha[index] >= 128, truth = mask[index] >= 128
+            if predicted && truth { intersection += 1 }
+            if predicted || truth { union += 1 }
+        }
+        let iou = Double(intersection) / Double(max(union, 1))
+        // The handstand pose is hard for a selfie segmenter (≈ 0.6); a broken pipeline gives ≈ 0.
+        #expect(iou > 0.45, "IoU \(iou)")
+        #expect(report.modelMs[0] > 0)
+    }
+
+    @Test func oddAndTinySizesWork() throws {
+        let engine = try SegmenterEngine(options: options)
+        for (width, height) in [(17, 9), (1, 1), (333, 17)] {
+            let pixels = [UInt8](repeating: 128, count: width * height * 4 + 64)
+            var alpha = [UInt8](repeating: 7, count: width * height)
+            var report = FrameReport(modelCount: 1)
+            try pixels.withUnsafeBufferPointer { source in
+                try alpha.withUnsafeMutableBufferPointer { plane in
+                    try engine.matte(BGRAImage(base: source.baseAddress!, width: width, height: height, stride: width * 4),
+                                     into: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width),
+                                     report: &report)
+                }
+            }
+            // A flat grey image holds no person.
+            let mean = Double(alpha.reduce(0) { $0 + Int($1) }) / Double(alpha.count)
+            #expect(mean < 64, "\(width)×\(height): mean alpha \(mean)")
+        }
+    }
+}

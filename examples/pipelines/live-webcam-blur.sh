@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# A live camera with its background blurred. The leaky queue keeps only the newest frame when
+# matting falls behind (and the element's QoS drops late ones), so latency stays bounded.
+#   examples/pipelines/live-webcam-blur.sh [/dev/video0]
+# SOURCE overrides the camera (e.g. SOURCE="videotestsrc is-live=true" for a dry run), SINK the display.
+set -euo pipefail
+DEVICE="${1:-/dev/video0}"
+SOURCE="${SOURCE:-v4l2src device=$DEVICE}"
+SINK="${SINK:-autovideosink}"
+# shellcheck disable=SC2086
+gst-launch-1.0 -e \
+    $SOURCE ! videoconvert ! videoscale ! video/x-raw,format=BGRA,width=640,height=360 \
+    ! queue leaky=downstream max-size-buffers=1 max-size-time=0 max-size-bytes=0 \
+    ! matanyone background=blur stats-interval=30 \
+    ! videoconvert ! $SINK

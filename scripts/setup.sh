@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) set-up on Debian 12: system packages, ONNX Runtime (library from the PyPI
+# wheel, headers from Debian 13's libonnxruntime-dev), the Python tools, the embedded segmenter model,
+# and the plugin itself, built and installed into the user's GStreamer plugin folder.
+# A second run only checks and changes nothing.
+#
+#   scripts/setup.sh            everything
+#   scripts/setup.sh --no-plugin   everything but the plugin build/install
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DATA_HOME="${XDG_DATA_HOME:-$HOME/.local/share}"
+DATA="$DATA_HOME/gst-matanyone"
+PLUGIN_DIR="$DATA_HOME/gstreamer-1.0/plugins"
+DEPS="$ROOT/.deps"
+VENV="$ROOT/.venv"
+BUILD_PLUGIN=1
+for arg in "$@"; do
+    case "$arg" in
+        --no-plugin) BUILD_PLUGIN=0 ;;
+        *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# 1. System packages ------------------------------------------------------------------------------
+APT_PACKAGES=(
+    pkg-config python3-venv
+    libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
+    gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
+    gstreamer1.0-plugins-ugly gstreamer1.0-libav
+    libopenblas-dev opencv-doc
+)
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v swift >/dev/null || { echo "setup.sh: the Swift toolchain (swift) is not on PATH; install Swift 5.9 or newer" >&2; exit 1; }
+
+# 2. ONNX Runtime C API headers: Debian 12 has no package, so take Debian 13's -dev package through a
+#    private apt configuration (the system's sources are not touched) and unpack it into .deps/.
+HEADER="$DEPS/ort-dev/usr/include/onnxruntime/onnxruntime_c_api.h"
+if [ ! -f "$HEADER" ]; then
+    say "fetching ONNX Runtime headers (Debian 13 libonnxruntime-dev)"
+    mkdir -p "$DEPS/apt/lists/partial" "$DEPS/apt/cache/archives/partial"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+        > "$DEPS/apt/sources.list"
+    APT_OPTS=(-o "Dir::Etc::SourceList=$DEPS/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o "Dir::State::Lists=$DEPS/apt/lists" -o "Dir::Cache=$DEPS/apt/cache"
+              -o APT::Sandbox::User=root)
+    apt-get "${APT_OPTS[@]}" update -qq
+    (cd "$DEPS" && apt-get "${APT_OPTS[@]}" download libonnxruntime-dev >/dev/null)
+    dpkg -x "$DEPS"/libonnxruntime-dev_*.deb "$DEPS/ort-dev"
+fi
+
+# 3. Python tools -------------------------------------------------------------------------------------
+REQ_STAMP="$VENV/.requirements.sha256"
+REQ_SHA="$(cat "$ROOT/tools/requirements.txt" | sha256sum | cut -d' ' -f1)"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$REQ_STAMP" 2>/dev/null)" != "$REQ_SHA" ]; then
+    say "installing Python tools into .venv"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/tools/requirements.txt"
+    # Upstream MatAnyone2 model code (for export and the parity reference); its own pins are for a GUI app.
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps matanyone2-runtime==0.2.0
+    echo "$REQ_SHA" > "$REQ_STAMP"
+fi
+PY="$VENV/bin/python"
+
+# 4. ONNX Runtime library, from the wheel, beside the models (never on the system path).
+ORT_SRC="$("$PY" -c 'import onnxruntime, os, glob; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so.*")))[-1])')"
+ORT_DIR="$DATA/onnxruntime"
+if ! cmp -s "$ORT_SRC" "$ORT_DIR/$(basename "$ORT_SRC")"; then
+    say "installing $(basename "$ORT_SRC") into $ORT_DIR"
+    mkdir -p "$ORT_DIR"
+    cp "$ORT_SRC" "$ORT_DIR/"
+    ln -sf "$(basename "$ORT_SRC")" "$ORT_DIR/libonnxruntime.so.1"
+fi
+
+# 5. The embedded default model: MediaPipe selfie segmentation (Apache-2.0), converted to ONNX.
+(cd "$ROOT" && "$PY" -m tools.selfie.convert --out "$DATA/models/segmenter")
+
+# 6. The plugin ------------------------------------------------------------------------------------------
+if [ "$BUILD_PLUGIN" = 1 ]; then
+    "$ROOT/gst-plugin/install.sh"
+fi
+say "ready: models in $DATA/models, plugin in $PLUGIN_DIR"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs whatever is missing (scripts/setup.sh), prepares test inputs, then runs every test:
+# the Swift engine and element tests (in-process), the Python tool tests (including parity against
+# upstream MatAnyone2), and the integration test of the installed plugin. Ends with one summary line.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+SHARED="${MATANYONE_SHARED:-$ROOT/../shared}"
+export MATANYONE_TEST_DATA="$ROOT/build/test-data"
+export MATANYONE_TEST_MODELS="$ROOT/build/test-models"
+DATA="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone"
+PY="$ROOT/.venv/bin/python"
+
+scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+say() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
+
+# Test inputs: 40 frames of the dancer clip at 512×288 (W×H) as GStreamer decodes and scales them, and
+# the first-frame mask at the same size. Both sides of every parity check read these same bytes.
+mkdir -p "$MATANYONE_TEST_DATA" "$MATANYONE_TEST_MODELS"
+rm -rf "$MATANYONE_TEST_DATA/scratch"
+FRAMES="$MATANYONE_TEST_DATA/test-sample2-512x288.bgra"
+if [ ! -s "$FRAMES" ]; then
+    say "decoding test frames"
+    gst-launch-1.0 -q filesrc location="$SHARED/media/test-sample2.mp4" ! decodebin ! videoconvert ! videoscale \
+        ! video/x-raw,format=BGRA,width=512,height=288 ! identity eos-after=40 ! filesink location="$FRAMES"
+fi
+"$PY" - "$SHARED/media/test-sample2.png" "$MATANYONE_TEST_DATA" <<'PYEOF'
+import sys, numpy as np
+from PIL import Image
+src, out = sys.argv[1], sys.argv[2]
+mask = Image.open(src).convert("L").resize((512, 288), Image.BILINEAR)
+mask.save(f"{out}/test-sample2-mask-512x288.png")
+np.asarray(mask, dtype=np.uint8).tofile(f"{out}/test-sample2-mask-512x288.gray")
+PYEOF
+ln -sfn "$DATA/models/segmenter" "$MATANYONE_TEST_MODELS/segmenter"
+
+failed=0; passed=0
+count() { # name, exit code, passed, failed
+    passed=$((passed + $3)); failed=$((failed + $4))
+    if [ "$2" != 0 ] && [ "$4" = 0 ]; then failed=$((failed + 1)); fi
+    say "$1: $3 passed, $4 failed (exit $2)"
+}
+
+say "Swift tests"
+swift build --build-tests 2>&1 | grep -E "error|warning: unre" ; swift test --skip-build --no-parallel 2>&1 | tee build/swift-test.log
+rc=${PIPESTATUS[0]}
+sp=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? passed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
+sf=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? failed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
+sfi=$(grep -cE "✘ Test .* failed" build/swift-test.log)
+if [ -n "$sf" ]; then count swift "$rc" $((sf - sfi)) "$sfi"; else count swift "$rc" "${sp:-0}" 0; fi
+
+say "Python tool tests"
+"$PY" -m pytest -q tools/tests 2>&1 | tee build/pytest.log
+rc=${PIPESTATUS[0]}
+pp=$(tail -n 3 build/pytest.log | grep -oE "[0-9]+ passed" | grep -oE "[0-9]+" || true)
+pf=$(tail -n 3 build/pytest.log | grep -oE "[0-9]+ (failed|errors?)" | awk '{s+=$1} END {print s+0}')
+count pytest "$rc" "${pp:-0}" "${pf:-0}"
+
+say "Integration test (installed plugin)"
+Tests/integration/run.sh 2>&1 | tee build/integration.log
+rc=${PIPESTATUS[0]}
+ip=$(grep -c "^PASS" build/integration.log); if_=$(grep -c "^FAIL" build/integration.log)
+count integration "$rc" "$ip" "$if_"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
