@@ -6,6 +6,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SHARED="${MATANYONE_SHARED:-$ROOT/../shared}"
+export MATANYONE_SHARED="$SHARED"
 export MATANYONE_TEST_DATA="$ROOT/build/test-data"
 export MATANYONE_TEST_MODELS="$ROOT/build/test-models"
 DATA="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone"
@@ -34,6 +35,25 @@ mask.save(f"{out}/test-sample2-mask-512x288.png")
 np.asarray(mask, dtype=np.uint8).tofile(f"{out}/test-sample2-mask-512x288.gray")
 PYEOF
 ln -sfn "$DATA/models/segmenter" "$MATANYONE_TEST_MODELS/segmenter"
+
+# MatAnyone2 parity inputs: the exact architecture with fixed-seed random weights (the official
+# checkpoint cannot be downloaded here), and upstream PyTorch's alphas on the same frames and mask.
+# Both are redone when the toolchain changes.
+M2="$MATANYONE_TEST_MODELS/matanyone2"
+REF="$MATANYONE_TEST_DATA/matanyone2-reference.npy"
+TOOLS_SHA="$(cat tools/matanyone2/*.py tools/requirements.txt | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$M2/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
+    say "exporting the random-init MatAnyone2 model set"
+    rm -rf "$M2" "$REF"
+    "$PY" -m tools.matanyone2.export --out "$M2" --random-init 0 || { echo "0 passed, 1 failed"; exit 1; }
+    echo "$TOOLS_SHA" > "$M2/.tools.sha256"
+fi
+if [ ! -s "$REF" ]; then
+    say "running the upstream PyTorch reference (30 frames)"
+    "$PY" -m tools.matanyone2.reference --random-init 0 --frames-bgra "$FRAMES" --width 512 --height 288 \
+        --count 30 --mask "$MATANYONE_TEST_DATA/test-sample2-mask-512x288.png" --out "$REF" \
+        || { echo "0 passed, 1 failed"; exit 1; }
+fi
 
 failed=0; passed=0
 count() { # name, exit code, passed, failed

@@ -7,6 +7,7 @@
 #include <gst/base/gstbasetransform.h>
 #include <gst/video/video.h>
 #include <gst/video/gstvideofilter.h>
+#include <gst/app/gstappsink.h>
 
 /* Instance: the parent instance plus one slot holding a retained Swift object. */
 typedef struct {
@@ -34,6 +35,7 @@ static inline GParamFlags shim_param_readwrite_playing(void) {
 static inline GSignalFlags shim_signal_action(void) {
     return (GSignalFlags)(G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION);
 }
+static inline GType G_TYPE_FROM_CLASS_shim(void *klass) { return G_TYPE_FROM_CLASS(klass); }
 static inline GstClockTime shim_clock_time_none(void) { return GST_CLOCK_TIME_NONE; }
 static inline guint shim_gst_version_major(void) { return GST_VERSION_MAJOR; }
 static inline guint shim_gst_version_minor(void) { return GST_VERSION_MINOR; }

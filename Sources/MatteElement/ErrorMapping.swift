@@ -2,13 +2,15 @@ import CGStreamer
 import MatteEngine
 
 /// The one place where engine failures become GStreamer errors. Domains and codes:
-/// missing model → RESOURCE/NOT_FOUND; unusable model or runtime → LIBRARY/INIT; bad settings →
+/// missing model or input file → RESOURCE/NOT_FOUND; unreadable input file → RESOURCE/OPEN_READ; unusable model or runtime → LIBRARY/INIT; bad settings →
 /// LIBRARY/SETTINGS; a failure on a frame → STREAM/FAILED.
 enum ErrorMapping {
     static func domainAndCode(for error: EngineError) -> (GQuark, Int32) {
         switch error {
-        case .modelMissing:
+        case .modelMissing, .fileMissing:
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
+        case .fileUnreadable:
+            return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_OPEN_READ.rawValue))
         case .modelInvalid, .runtimeUnavailable:
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_INIT.rawValue))
         case .badSettings:

@@ -75,6 +75,7 @@ final class MatteFilter {
 
     func stop() -> Bool {
         engine = nil
+        _ = takePendingReseed()
         alphaPlane = []
         compositor = Compositor()
         return true
@@ -84,18 +85,80 @@ final class MatteFilter {
         var options = EngineOptions(modelDir: settings.modelDir, runtimeLibrary: settings.runtimeLibrary)
         options.session.threads = Int(settings.threads)
         options.session.provider = ExecutionProvider(rawValue: settings.executionProvider.nick) ?? .auto
+        let useMatAnyone2: Bool
         switch settings.engine {
-        case .segmenter:
-            activeEngineName = EngineKind.segmenter.rawValue
-            return try SegmenterEngine(options: options)
-        case .matanyone2:
-            throw EngineError.modelMissing(
-                path: ModelLocations.engineDir(modelDir: settings.modelDir, engine: EngineKind.matanyone2.rawValue),
-                hint: "The matanyone2 engine is not available in this build; use engine=segmenter.")
-        case .auto:
+        case .segmenter: useMatAnyone2 = false
+        case .matanyone2: useMatAnyone2 = true
+        case .auto: useMatAnyone2 = ModelLocations.hasModelSet(modelDir: settings.modelDir, engine: EngineKind.matanyone2.rawValue)
+        }
+        guard useMatAnyone2 else {
             activeEngineName = EngineKind.segmenter.rawValue
             return try SegmenterEngine(options: options)
         }
+        var parameters = MatAnyone2Parameters()
+        parameters.memEvery = Int(settings.memEvery)
+        parameters.maxMemFrames = Int(settings.maxMemFrames)
+        parameters.topK = Int(settings.topK)
+        parameters.warmup = Int(settings.warmup)
+        activeEngineName = EngineKind.matanyone2.rawValue
+        return try MatAnyone2Engine(options: options, parameters: parameters,
+                                    workingShortSide: Int(settings.workingSize), seed: try seedSource(settings, maskPath: nil))
+    }
+
+    /// Where seeding comes from: a mask file (`maskPath`, else `seed-mask` with seed=mask), or the
+    /// segmenter. An empty mask falls back to the segmenter with a warning.
+    private func seedSource(_ settings: Settings, maskPath: String?) throws -> SeedSource {
+        let path: String
+        if let maskPath {
+            path = maskPath
+        } else if settings.seed == .mask {
+            guard !settings.seedMask.isEmpty else {
+                throw EngineError.badSettings(detail: "seed=mask needs seed-mask=PATH (an image, white = the person)")
+            }
+            path = settings.seedMask
+        } else {
+            return .automatic
+        }
+        let mask = try MaskLoader.load(path)
+        let coverage = mask.foregroundFraction
+        if coverage == 0 {
+            ErrorMapping.postWarning("seed mask \(path) has no foreground (no pixel ≥ 128); "
+                                     + "seeding from the person segmenter instead", on: handle)
+            return .automatic
+        }
+        if coverage > 0.99 {
+            ErrorMapping.postWarning("seed mask \(path) covers the whole image; MatAnyone2 will track everything", on: handle)
+        }
+        return .mask(pixels: mask.pixels, width: mask.width, height: mask.height)
+    }
+
+    /// Asks for a reseed on the next frame (the `reseed` action signal and the `matanyone-reseed`
+    /// event); `maskPath` optionally names a new mask. Any thread.
+    func requestReseed(maskPath: String?) {
+        let current = snapshot()
+        var source: SeedSource?
+        if let maskPath {
+            do {
+                source = try seedSource(current, maskPath: maskPath)
+            } catch {
+                ErrorMapping.postWarning("reseed ignored the mask: \(error)", on: handle)
+            }
+        }
+        reseedLock.lock()
+        pendingReseed = .some(source)
+        reseedLock.unlock()
+    }
+
+    private let reseedLock = NSLock()
+    /// nil: nothing pending; .some(nil): reseed as configured; .some(source): reseed from source.
+    private var pendingReseed: SeedSource??
+
+    private func takePendingReseed() -> SeedSource?? {
+        reseedLock.lock()
+        defer { reseedLock.unlock() }
+        let pending = pendingReseed
+        pendingReseed = nil
+        return pending
     }
 
     // MARK: Negotiation
@@ -199,6 +262,7 @@ final class MatteFilter {
         guard let engine else { return GST_FLOW_NOT_NEGOTIATED }
         let current = snapshot()
         if input.isDiscont { engine.reset() }
+        if let reseed = takePendingReseed() { engine.reseed(reseed) }
         let start = monotonicMs()
         report.clear()
         let frame = input.bgra

@@ -61,6 +61,18 @@ enum ProviderChoice: Int32, PropertyEnum {
     }
 }
 
+enum SeedMode: Int32, PropertyEnum {
+    case auto = 0, mask
+    static let typeName = "GstMatAnyoneSeed"
+    var nick: String { ["auto", "mask"][Int(rawValue)] }
+    var blurb: String {
+        switch self {
+        case .auto: return "The person segmenter seeds the tracker on the first frame where it finds a person"
+        case .mask: return "The image at seed-mask seeds the tracker"
+        }
+    }
+}
+
 /// Everything a user can set. Guarded by `MatteFilter.settingsLock`; the streaming thread works on a
 /// snapshot taken at the start of each operation.
 struct Settings: Equatable {
@@ -74,12 +86,20 @@ struct Settings: Equatable {
     var runtimeLibrary = ""
     var threads: UInt32 = 0
     var executionProvider = ProviderChoice.cpu
+    // MatAnyone2 (upstream defaults).
+    var seed = SeedMode.auto
+    var seedMask = ""
+    var memEvery: UInt32 = 5
+    var maxMemFrames: UInt32 = 5
+    var topK: UInt32 = 30
+    var warmup: UInt32 = 10
+    var workingSize: UInt32 = 288
 }
 
 /// Property ids (GObject reserves 0).
 enum PropertyID: UInt32, CaseIterable {
     case output = 1, background, backgroundColor, modelDir, engine, statsInterval, runtimeLibrary, threads,
-         executionProvider
+         executionProvider, seed, seedMask, memEvery, maxMemFrames, topK, warmup, workingSize
 }
 
 /// How a property is declared: kind, default, range and when it may change.
@@ -145,6 +165,36 @@ struct PropertyDeclaration {
                 blurb: "Where ONNX Runtime runs the models",
                 kind: .enumeration(typeName: ProviderChoice.typeName, defaultValue: defaults.executionProvider.rawValue),
                 mutability: .ready),
+            PropertyDeclaration(
+                id: .seed, name: "seed", nick: "Seed",
+                blurb: "How MatAnyone2 gets its first-frame mask (until seeded, frames pass through with alpha 255)",
+                kind: .enumeration(typeName: SeedMode.typeName, defaultValue: defaults.seed.rawValue),
+                mutability: .ready),
+            PropertyDeclaration(
+                id: .seedMask, name: "seed-mask", nick: "Seed mask",
+                blurb: "Image (PNG, JPEG, …; white = the person) that seeds MatAnyone2 with seed=mask; resized to the frame",
+                kind: .string(defaultValue: defaults.seedMask), mutability: .playing),
+            PropertyDeclaration(
+                id: .memEvery, name: "mem-every", nick: "Memory interval",
+                blurb: "MatAnyone2: store a memory frame every N frames",
+                kind: .uint(minimum: 0, maximum: 1000, defaultValue: defaults.memEvery), mutability: .ready),
+            PropertyDeclaration(
+                id: .maxMemFrames, name: "max-mem-frames", nick: "Memory frames",
+                blurb: "MatAnyone2: frames in working memory (the first frame plus the most recent ones)",
+                kind: .uint(minimum: 0, maximum: 100, defaultValue: defaults.maxMemFrames), mutability: .ready),
+            PropertyDeclaration(
+                id: .topK, name: "top-k", nick: "Top k",
+                blurb: "MatAnyone2: memory entries each pixel reads from",
+                kind: .uint(minimum: 0, maximum: 10_000, defaultValue: defaults.topK), mutability: .ready),
+            PropertyDeclaration(
+                id: .warmup, name: "warmup", nick: "Warm-up passes",
+                blurb: "MatAnyone2: extra passes over the first frame when seeding",
+                kind: .uint(minimum: 0, maximum: 100, defaultValue: defaults.warmup), mutability: .ready),
+            PropertyDeclaration(
+                id: .workingSize, name: "working-size", nick: "Working size",
+                blurb: "MatAnyone2: short side of the size the model runs at, keeping the frame's aspect, "
+                    + "multiples of 16 (0 = the frame's own size)",
+                kind: .uint(minimum: 0, maximum: 4096, defaultValue: defaults.workingSize), mutability: .ready),
         ]
     }()
 }
@@ -168,6 +218,13 @@ extension Settings {
         case .runtimeLibrary: return .string(runtimeLibrary)
         case .threads: return .uint(threads)
         case .executionProvider: return .enumeration(executionProvider.rawValue)
+        case .seed: return .enumeration(seed.rawValue)
+        case .seedMask: return .string(seedMask)
+        case .memEvery: return .uint(memEvery)
+        case .maxMemFrames: return .uint(maxMemFrames)
+        case .topK: return .uint(topK)
+        case .warmup: return .uint(warmup)
+        case .workingSize: return .uint(workingSize)
         }
     }
 
@@ -182,6 +239,13 @@ extension Settings {
         case let (.runtimeLibrary, .string(path)): runtimeLibrary = path
         case let (.threads, .uint(count)): threads = count
         case let (.executionProvider, .enumeration(raw)): executionProvider = ProviderChoice(rawValue: raw) ?? .cpu
+        case let (.seed, .enumeration(raw)): seed = SeedMode(rawValue: raw) ?? .auto
+        case let (.seedMask, .string(path)): seedMask = path
+        case let (.memEvery, .uint(frames)): memEvery = frames
+        case let (.maxMemFrames, .uint(frames)): maxMemFrames = frames
+        case let (.topK, .uint(count)): topK = count
+        case let (.warmup, .uint(passes)): warmup = passes
+        case let (.workingSize, .uint(size)): workingSize = size
         default: break
         }
     }

@@ -54,6 +54,15 @@ struct VideoFrameView {
     }
 }
 
+/// Casts for the GStreamer API's own class hierarchy (C "inheritance" by first member).
+func asBin(_ element: UnsafeMutablePointer<GstElement>) -> UnsafeMutablePointer<GstBin> {
+    UnsafeMutableRawPointer(element).assumingMemoryBound(to: GstBin.self)
+}
+
+func asAppSink(_ element: UnsafeMutablePointer<GstElement>) -> UnsafeMutablePointer<GstAppSink> {
+    UnsafeMutableRawPointer(element).assumingMemoryBound(to: GstAppSink.self)
+}
+
 // MARK: - Type registration
 
 private var parentClass: UnsafeMutablePointer<GstVideoFilterClass>!
@@ -87,6 +96,7 @@ private let enumTypes: [String: GType] = [
     BackgroundMode.typeName: registerEnum(BackgroundMode.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ProviderChoice.typeName: registerEnum(ProviderChoice.self),
+    SeedMode.typeName: registerEnum(SeedMode.self),
 ]
 
 private let sinkCapsString =
@@ -114,6 +124,7 @@ private let classInit: GClassInitFunc = { klass, _ in
     objectClass.pointee.get_property = getPropertyTrampoline
     objectClass.pointee.finalize = finalizeTrampoline
     installProperties(objectClass)
+    installSignals(klass!)
 
     gst_element_class_set_metadata(
         elementClass, "MatAnyone human video matting", "Filter/Effect/Video",
@@ -137,10 +148,21 @@ private let classInit: GClassInitFunc = { klass, _ in
         switch event!.pointee.type {
         case GST_EVENT_FLUSH_STOP, GST_EVENT_STREAM_START:
             filter(trans).resetStream()
+        case GST_EVENT_CUSTOM_DOWNSTREAM, GST_EVENT_CUSTOM_DOWNSTREAM_OOB:
+            if let maskPath = reseedRequest(event!) { filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath) }
         default:
             break
         }
         return parentTransformClass.pointee.sink_event(trans, event)
+    }
+    transformClass.pointee.src_event = { trans, event in
+        if event!.pointee.type == GST_EVENT_CUSTOM_UPSTREAM, let maskPath = reseedRequest(event!) {
+            // Ours: handled here, not passed further upstream.
+            filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath)
+            gst_event_unref(event)
+            return 1
+        }
+        return parentTransformClass.pointee.src_event(trans, event)
     }
     transformClass.pointee.submit_input_buffer = { trans, isDiscont, buffer in
         filter(trans).countSubmitted()
@@ -164,6 +186,24 @@ private let classInit: GClassInitFunc = { klass, _ in
     videoFilterClass.pointee.transform_frame = { videoFilter, input, output in
         filter(videoFilter).transform(input: VideoFrameView(frame: input!), output: VideoFrameView(frame: output!))
     }
+}
+
+/// For a `matanyone-reseed` event: its optional `mask` path ("" when absent); nil for other events.
+private func reseedRequest(_ event: UnsafeMutablePointer<GstEvent>) -> String? {
+    guard let structure = gst_event_get_structure(event),
+          String(cString: gst_structure_get_name(structure)) == "matanyone-reseed" else { return nil }
+    return gst_structure_get_string(structure, "mask").map { String(cString: $0) } ?? ""
+}
+
+/// Class handler of the `reseed` action signal.
+private let reseedSignalHandler: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { instance, _ in
+    filter(instance).requestReseed(maskPath: nil)
+}
+
+private func installSignals(_ klass: UnsafeMutableRawPointer) {
+    let closure = g_cclosure_new(unsafeBitCast(reseedSignalHandler, to: GCallback.self), nil, nil)
+    g_signal_newv("reseed", G_TYPE_FROM_CLASS_shim(klass), shim_signal_action(), closure, nil, nil, nil,
+                  shim_type_none(), 0, nil)
 }
 
 private let instanceInit: GInstanceInitFunc = { instance, _ in

@@ -12,6 +12,10 @@ public enum EngineError: Error, CustomStringConvertible, Equatable {
     case badSettings(detail: String)
     /// A model failed while running on a frame.
     case inference(detail: String)
+    /// An input file the user named (e.g. a seed mask) does not exist.
+    case fileMissing(path: String, hint: String)
+    /// An input file the user named cannot be read or decoded.
+    case fileUnreadable(path: String, detail: String)
 
     public var description: String {
         switch self {
@@ -20,6 +24,8 @@ public enum EngineError: Error, CustomStringConvertible, Equatable {
         case let .runtimeUnavailable(detail): return "ONNX Runtime unavailable: \(detail)"
         case let .badSettings(detail): return "invalid settings: \(detail)"
         case let .inference(detail): return "inference failed: \(detail)"
+        case let .fileMissing(path, hint): return "file not found: \(path). \(hint)"
+        case let .fileUnreadable(path, detail): return "cannot read \(path): \(detail)"
         }
     }
 }

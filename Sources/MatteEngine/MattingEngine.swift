@@ -56,6 +56,13 @@ public protocol MattingEngine: AnyObject {
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).
     func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws
+    /// Forgets the track and seeds again on the next frame, from `source` (nil: as configured).
+    func reseed(_ source: SeedSource?)
+}
+
+extension MattingEngine {
+    /// Stateless engines have nothing to seed.
+    public func reseed(_ source: SeedSource?) {}
 }
 
 /// Milliseconds since an arbitrary origin, monotonic.

@@ -33,9 +33,27 @@ public enum ModelLocations {
 public struct ModelManifest: Decodable {
     public struct Port: Decodable {
         public let name: String
-        /// Ints, or strings for dynamic dimensions (decoded as -1).
+        /// Ints, or strings for dynamic dimensions (decoded as -1; the string is in `symbols`).
         public let shape: [Int]
+        /// Per dimension: nil for a fixed size, else the exporter's symbol ("H", "W/16", …).
+        public let symbols: [String?]
         public let dtype: String?
+
+        /// The shape for a padded working size: "H"/"W" are the size, "H/16" a sixteenth, etc.
+        public func concreteShape(height: Int, width: Int) throws -> [Int] {
+            try zip(shape, symbols).map { size, symbol in
+                guard let symbol else { return size }
+                let parts = symbol.split(separator: "/")
+                guard let axis = parts.first, axis == "H" || axis == "W" else {
+                    throw EngineError.modelInvalid(path: name, detail: "unknown dimension '\(symbol)' of '\(name)'")
+                }
+                let divisor = parts.count > 1 ? Int(parts[1]) ?? 0 : 1
+                guard divisor > 0 else {
+                    throw EngineError.modelInvalid(path: name, detail: "unknown dimension '\(symbol)' of '\(name)'")
+                }
+                return (axis == "H" ? height : width) / divisor
+            }
+        }
 
         enum CodingKeys: String, CodingKey { case name, shape, dtype }
         public init(from decoder: Decoder) throws {
@@ -44,13 +62,18 @@ public struct ModelManifest: Decodable {
             dtype = try container.decodeIfPresent(String.self, forKey: .dtype)
             var dims = try container.nestedUnkeyedContainer(forKey: .shape)
             var shape: [Int] = []
+            var symbols: [String?] = []
             while !dims.isAtEnd {
-                if let value = try? dims.decode(Int.self) { shape.append(value) } else {
-                    _ = try dims.decode(String.self)
+                if let value = try? dims.decode(Int.self) {
+                    shape.append(value)
+                    symbols.append(nil)
+                } else {
+                    symbols.append(try dims.decode(String.self))
                     shape.append(-1)
                 }
             }
             self.shape = shape
+            self.symbols = symbols
         }
     }
 

@@ -1,0 +1,61 @@
+import CGStreamer
+import Foundation
+import MatteEngine
+
+/// Reads a seed mask from any image file GStreamer can decode (PNG, JPEG, …) as 8-bit grey, with a
+/// small private pipeline: filesrc ! decodebin ! videoconvert ! GRAY8 ! appsink.
+enum MaskLoader {
+    struct Mask {
+        let pixels: [UInt8]
+        let width: Int
+        let height: Int
+
+        var foregroundFraction: Double {
+            Double(pixels.reduce(0) { $0 + ($1 >= 128 ? 1 : 0) }) / Double(max(pixels.count, 1))
+        }
+    }
+
+    static func load(_ path: String) throws -> Mask {
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw EngineError.fileMissing(path: path, hint: "Set seed-mask to an existing image (white = the person).")
+        }
+        let escaped = path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        let description = "filesrc location=\"\(escaped)\" ! decodebin ! videoconvert ! video/x-raw,format=GRAY8 "
+            + "! appsink name=sink sync=false max-buffers=1"
+        var parseError: UnsafeMutablePointer<GError>?
+        guard let pipeline = gst_parse_launch(description, &parseError) else {
+            let reason = parseError.map { String(cString: $0.pointee.message) } ?? "?"
+            throw EngineError.fileUnreadable(path: path, detail: "cannot build a decoder (\(reason))")
+        }
+        if let parseError { g_error_free(parseError) }
+        defer {
+            gst_element_set_state(pipeline, GST_STATE_NULL)
+            gst_object_unref(pipeline)
+        }
+        let sinkElement = gst_bin_get_by_name(asBin(pipeline), "sink")!
+        defer { gst_object_unref(sinkElement) }
+        gst_element_set_state(pipeline, GST_STATE_PLAYING)
+        guard let sample = gst_app_sink_try_pull_sample(asAppSink(sinkElement), 10_000_000_000) else {
+            throw EngineError.fileUnreadable(path: path, detail: "it is not an image GStreamer can decode")
+        }
+        defer { gst_sample_unref(sample) }
+        var info = GstVideoInfo()
+        guard let caps = gst_sample_get_caps(sample), gst_video_info_from_caps(&info, caps) != 0,
+              let buffer = gst_sample_get_buffer(sample) else {
+            throw EngineError.fileUnreadable(path: path, detail: "the decoded image has no usable format")
+        }
+        var frame = GstVideoFrame()
+        guard gst_video_frame_map(&frame, &info, buffer, GST_MAP_READ) != 0 else {
+            throw EngineError.fileUnreadable(path: path, detail: "the decoded image cannot be mapped")
+        }
+        defer { gst_video_frame_unmap(&frame) }
+        return withUnsafeMutablePointer(to: &frame) { mapped in
+            let view = VideoFrameView(frame: mapped)
+            var pixels = [UInt8](repeating: 0, count: view.width * view.height)
+            for y in 0..<view.height {
+                for x in 0..<view.width { pixels[y * view.width + x] = view.bytes[y * view.stride + x] }
+            }
+            return Mask(pixels: pixels, width: view.width, height: view.height)
+        }
+    }
+}

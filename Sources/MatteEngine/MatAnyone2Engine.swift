@@ -1,0 +1,190 @@
+import Foundation
+
+/// How the tracker gets its first-frame mask.
+public enum SeedSource: Equatable, Sendable {
+    /// The person segmenter looks at each frame until it finds a person, then seeds with its mask.
+    case automatic
+    /// A given mask (255 = the person), any size: resampled to the frame.
+    case mask(pixels: [UInt8], width: Int, height: Int)
+}
+
+/// MatAnyone2 behind the `MattingEngine` interface: frames are resampled to the working size (the
+/// input's aspect, short side `workingShortSide`), the tracker is seeded from a mask or the
+/// segmenter, and its alpha is resampled back. Until seeded, the alpha is opaque (255: the frame
+/// passes through) and `FrameReport.seeded` is false.
+public final class MatAnyone2Engine: MattingEngine {
+    public let kind = EngineKind.matanyone2
+    public let modelNames = MatAnyone2Core.modelNames + ["segmenter"]
+    public let directory: String
+    public let parameters: MatAnyone2Parameters
+    /// Short side of the working size (multiple of 16); 0 keeps the frame's size.
+    public let workingShortSide: Int
+
+    private let manifest: ModelManifest
+    private let sessions: [String: Session]
+    private let segmenter: SegmenterEngine?
+    private var core: MatAnyone2Core?
+    private var down: Resampler?
+    private var up: Resampler?
+    private var seedSource: SeedSource
+    private var seedAlpha: [UInt8] = []
+
+    /// Fraction of the frame the segmenter must see as person before it seeds the tracker.
+    static let minimumSeedCoverage = 0.005
+
+    public init(options: EngineOptions, parameters: MatAnyone2Parameters = MatAnyone2Parameters(),
+                workingShortSide: Int = 288, seed: SeedSource = .automatic) throws {
+        try parameters.validate()
+        guard workingShortSide == 0 || workingShortSide >= 16 else {
+            throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
+        }
+        directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.matanyone2.rawValue)
+        manifest = try ModelManifest.load(directory: directory)
+        try manifest.validate(directory: directory, engine: EngineKind.matanyone2.rawValue, required: MatAnyone2Core.modelNames)
+        guard manifest.dynamicSize != false else {
+            throw EngineError.modelInvalid(path: directory + "/manifest.json",
+                                           detail: "this engine needs a model set exported with dynamic sizes")
+        }
+        let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
+        var sessions: [String: Session] = [:]
+        for name in MatAnyone2Core.modelNames {
+            sessions[name] = try manifest.openSession(name, directory: directory, runtime: runtime, config: options.session)
+        }
+        self.sessions = sessions
+        self.parameters = parameters
+        self.workingShortSide = workingShortSide
+        seedSource = seed
+        // The segmenter seeds automatically; without it only a mask can seed.
+        if case .automatic = seed {
+            segmenter = try SegmenterEngine(options: options)
+        } else {
+            segmenter = ModelLocations.hasModelSet(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
+                ? try? SegmenterEngine(options: options) : nil
+        }
+    }
+
+    /// Working size for a frame: the frame's aspect, short side `workingShortSide`, both sides
+    /// multiples of 16 (so 1920×1080 → 512×288 and 1080×1920 → 288×512).
+    public static func workingSize(width: Int, height: Int, shortSide: Int) -> (width: Int, height: Int) {
+        guard shortSide > 0 else { return (width, height) }
+        let short = shortSide / 16 * 16
+        if width >= height {
+            let long = max(16, Int((Double(width) * Double(short) / Double(height) / 16).rounded()) * 16)
+            return (long, short)
+        }
+        let long = max(16, Int((Double(height) * Double(short) / Double(width) / 16).rounded()) * 16)
+        return (short, long)
+    }
+
+    public func reset() {
+        core?.reset()
+    }
+
+    /// Forgets the track and seeds again on the next frame, from `source` (nil: as before).
+    public func reseed(_ source: SeedSource?) {
+        if let source { seedSource = source }
+        core?.reset()
+    }
+
+    public var isSeeded: Bool { core?.started ?? false }
+
+    /// The last frame's alpha at working size, before resampling and quantisation (for checks).
+    public func workingAlpha() -> (alpha: [Float], width: Int, height: Int)? {
+        guard let core, core.started else { return nil }
+        var out = [Float](repeating: 0, count: core.width * core.height)
+        for y in 0..<core.height {
+            for x in 0..<core.width { out[y * core.width + x] = core.alpha[y * core.paddedWidth + x] }
+        }
+        return (out, core.width, core.height)
+    }
+
+    public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        let start = monotonicMs()
+        let core = try prepare(for: frame)
+        core.clearTimings()
+        down!.bgraToRGB(frame, into: core.imageOrigin, pixelStep: 1, rowStride: core.paddedWidth,
+                        planeStride: core.imagePlaneStride)
+        var preprocessEnd = monotonicMs()
+        if !core.started {
+            guard let seed = try seedMask(for: frame, report: &report) else {
+                // Not seeded yet: pass the frame through, opaque.
+                for y in 0..<alpha.height { (alpha.base + y * alpha.stride).update(repeating: 255, count: alpha.width) }
+                report.seeded = false
+                report.memoryFrames = 0
+                report.preprocessMs = preprocessEnd - start
+                report.postprocessMs = monotonicMs() - preprocessEnd
+                return
+            }
+            preprocessEnd = monotonicMs()
+            try core.start(seed: seed)
+            report.seedMs = monotonicMs() - preprocessEnd
+        } else {
+            try core.step()
+        }
+        let inferenceEnd = monotonicMs()
+        up!.resample(core.alpha, sourceStride: core.paddedWidth, into: alpha)
+        let end = monotonicMs()
+        report.preprocessMs = preprocessEnd - start
+        report.inferenceMs = inferenceEnd - preprocessEnd
+        report.postprocessMs = end - inferenceEnd
+        report.memoryMs = core.memoryMs
+        for index in core.modelMs.indices { report.modelMs[index] = core.modelMs[index] }
+        report.seeded = true
+        report.memoryFrames = core.memoryFrames
+    }
+
+    /// The core and resamplers for this frame size (rebuilt, unseeded, when the size changes).
+    private func prepare(for frame: BGRAImage) throws -> MatAnyone2Core {
+        if let core, down?.sourceWidth == frame.width, down?.sourceHeight == frame.height { return core }
+        let size = MatAnyone2Engine.workingSize(width: frame.width, height: frame.height, shortSide: workingShortSide)
+        let core = try MatAnyone2Core(manifest: manifest, sessions: sessions, width: size.width, height: size.height,
+                                      parameters: parameters)
+        down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
+        up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)
+        self.core = core
+        return core
+    }
+
+    /// The seed alpha at working size, or nil when there is nothing to seed with yet.
+    private func seedMask(for frame: BGRAImage, report: inout FrameReport) throws -> [Float]? {
+        guard let core else { return nil }
+        var mask: [UInt8]
+        switch seedSource {
+        case let .mask(pixels, width, height):
+            mask = MatAnyone2Engine.resample(pixels, width: width, height: height, toWidth: core.width, toHeight: core.height)
+        case .automatic:
+            guard let segmenter else { return nil }
+            if seedAlpha.count != frame.width * frame.height {
+                seedAlpha = [UInt8](repeating: 0, count: frame.width * frame.height)
+            }
+            var segmenterReport = FrameReport(modelCount: 1)
+            try seedAlpha.withUnsafeMutableBufferPointer { plane in
+                try segmenter.matte(frame, into: GrayImage(base: plane.baseAddress!, width: frame.width,
+                                                           height: frame.height, stride: frame.width),
+                                    report: &segmenterReport)
+            }
+            report.modelMs[MatAnyone2Core.modelNames.count] = segmenterReport.modelMs[0]
+            let person = seedAlpha.reduce(0) { $0 + ($1 >= 128 ? 1 : 0) }
+            guard Double(person) >= MatAnyone2Engine.minimumSeedCoverage * Double(seedAlpha.count) else { return nil }
+            let binary = seedAlpha.map { $0 >= 128 ? UInt8(255) : 0 }
+            mask = MatAnyone2Engine.resample(binary, width: frame.width, height: frame.height,
+                                             toWidth: core.width, toHeight: core.height)
+        }
+        return SeedMask.prepare(mask, width: core.width, height: core.height,
+                                dilate: parameters.seedDilate, erode: parameters.seedErode)
+    }
+
+    static func resample(_ pixels: [UInt8], width: Int, height: Int, toWidth: Int, toHeight: Int) -> [UInt8] {
+        if width == toWidth && height == toHeight { return pixels }
+        var source = pixels
+        var floats = [Float](repeating: 0, count: toWidth * toHeight)
+        var out = [UInt8](repeating: 0, count: toWidth * toHeight)
+        let resampler = Resampler(sourceWidth: width, sourceHeight: height, targetWidth: toWidth, targetHeight: toHeight)
+        source.withUnsafeMutableBufferPointer { input in
+            resampler.resample(GrayImage(base: input.baseAddress!, width: width, height: height, stride: width),
+                               into: &floats, destinationStride: toWidth)
+        }
+        for index in floats.indices { out[index] = UInt8(min(max(floats[index] * 255 + 0.5, 0), 255)) }
+        return out
+    }
+}

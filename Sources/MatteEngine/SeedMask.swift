@@ -1,0 +1,58 @@
+import Foundation
+
+/// The seed-mask preparation of upstream's inference script (not of `InferenceCore`): the mask is
+/// dilated then eroded with OpenCV's elliptic structuring element (a morphological closing, which
+/// fills small holes and gaps), and becomes binary. See `prepare_seed_mask` in tools/matanyone2/glue.py.
+enum SeedMask {
+    /// `cv2.getStructuringElement(MORPH_ELLIPSE, (k, k))`: rows of ones of half-width
+    /// round_half_even(c·√((r² − dy²)/r²)), r = c = k/2.
+    static func ellipse(_ k: Int) -> [[Bool]] {
+        let r = k / 2, c = k / 2
+        var kernel = [[Bool]](repeating: [Bool](repeating: false, count: k), count: k)
+        let inverseR2 = r > 0 ? 1.0 / Double(r * r) : 0
+        for i in 0..<k {
+            let dy = i - r
+            guard abs(dy) <= r else { continue }
+            let dx = Int((Double(c) * (Double(r * r - dy * dy) * inverseR2).squareRoot()).rounded(.toNearestOrEven))
+            for j in max(c - dx, 0)..<min(c + dx + 1, k) { kernel[i][j] = true }
+        }
+        return kernel
+    }
+
+    /// Binary morphology, anchor at the kernel centre (k/2, k/2); cells outside the image are ignored.
+    /// `dilate`: any set cell under the kernel; otherwise erode: all cells under the kernel set.
+    static func morph(_ source: [Bool], width: Int, height: Int, kernel: [[Bool]], dilate: Bool) -> [Bool] {
+        let k = kernel.count, anchor = k / 2
+        var offsets: [(Int, Int)] = []
+        for i in 0..<k { for j in 0..<k where kernel[i][j] { offsets.append((i - anchor, j - anchor)) } }
+        var out = [Bool](repeating: false, count: source.count)
+        for y in 0..<height {
+            for x in 0..<width {
+                var result = !dilate
+                for (dy, dx) in offsets {
+                    let sy = y + dy, sx = x + dx
+                    guard sy >= 0, sy < height, sx >= 0, sx < width else { continue }
+                    let set = source[sy * width + sx]
+                    if dilate && set { result = true; break }
+                    if !dilate && !set { result = false; break }
+                }
+                out[y * width + x] = result
+            }
+        }
+        return out
+    }
+
+    /// 8-bit mask (255 = the person) → seed alpha in {0, 1}, as upstream prepares it.
+    static func prepare(_ mask: [UInt8], width: Int, height: Int, dilate: Int = 10, erode: Int = 10) -> [Float] {
+        var levels = mask.map { Float($0) }
+        if dilate > 0 {
+            let grown = morph(levels.map { $0 != 0 }, width: width, height: height, kernel: ellipse(dilate), dilate: true)
+            levels = grown.map { $0 ? 255 : 0 }
+        }
+        if erode > 0 {
+            let shrunk = morph(levels.map { $0 == 255 }, width: width, height: height, kernel: ellipse(erode), dilate: false)
+            levels = shrunk.map { $0 ? 255 : 0 }
+        }
+        return levels.map { $0 / 255 }
+    }
+}

@@ -1,0 +1,193 @@
+import CGStreamer
+import CGstCheck
+import Foundation
+import Testing
+import MatteElement
+
+/// engine=matanyone2 inside real pipelines, on the random-init model set scripts/test.sh exports.
+@Suite(.serialized) struct MatAnyone2ElementTests {
+    let data = TestEnvironment.dataDir
+    var clip: String { (ProcessInfo.processInfo.environment["MATANYONE_SHARED"] ?? "\(TestEnvironment.dataDir)/../../../shared") + "/media/test-sample2.mp4" }
+    var mask: String { "\(data)/test-sample2-mask-512x288.png" }
+    var element: String { "matanyone engine=matanyone2 model-dir=\"\(TestEnvironment.modelDir)\"" }
+    var realFrames: String {
+        "filesrc location=\"\(data)/test-sample2-512x288.bgra\" ! rawvideoparse format=bgra width=512 height=288 framerate=25/1"
+    }
+
+    private func loadReference() throws -> [Float] {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: "\(data)/matanyone2-reference.npy"))
+        let headerLength = Int(bytes[8]) | Int(bytes[9]) << 8
+        return bytes.subdata(in: (10 + headerLength)..<bytes.count).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
+
+    /// The pipeline: decode, scale to 512×288, matte, appsink; GRAY8 against the upstream
+    /// reference up to 8-bit rounding.
+    @Test func parityThroughARealPipeline() throws {
+        let reference = try loadReference()
+        let frameSize = 512 * 288
+        let count = min(reference.count / frameSize, 30)
+        let run = runPipeline(
+            "filesrc location=\"\(clip)\" ! decodebin ! videoconvert ! videoscale ! video/x-raw,format=BGRA,width=512,height=288 "
+                + "! identity eos-after=\(count + 1) ! \(element) seed=mask seed-mask=\"\(mask)\" stats-interval=1 "
+                + "! video/x-raw,format=GRAY8 ! appsink name=out sync=false", timeout: 600)
+        #expect(run.error == nil, "\(String(describing: run.error))")
+        #expect(run.samples.count >= count)
+        var worstExcess = 0.0, worstMax = 0.0
+        for index in 0..<min(count, run.samples.count) {
+            let ours = run.samples[index]
+            var total = 0.0, rounding = 0.0, maximum = 0.0
+            for pixel in 0..<frameSize {
+                let r = Double(reference[index * frameSize + pixel])
+                let difference = abs(Double(ours[pixel]) / 255 - r)
+                maximum = max(maximum, difference)
+                total += difference
+                rounding += abs((r * 255).rounded() / 255 - r)
+            }
+            // 8-bit output: at most half a step plus the engine tolerance; on average no further
+            // from the reference than the reference's own rounding, plus the engine tolerance.
+            #expect(maximum <= 2e-3 + 0.5 / 255, "frame \(index): max |Δ| \(maximum)")
+            let excess = (total - rounding) / Double(frameSize)
+            #expect(excess <= 1e-4, "frame \(index): mean |Δ| beyond rounding \(excess)")
+            worstExcess = max(worstExcess, excess)
+            worstMax = max(worstMax, maximum)
+        }
+        print("element parity: worst max |Δ| \(worstMax), worst mean excess over 8-bit rounding \(worstExcess)")
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(stats.first?["engine"] == "matanyone2")
+        #expect(stats.first?["seeded"] == "true")
+        #expect(stats.first?["seed-ms"] != nil)
+        for field in ["encoder-ms", "uncert-ms", "readout-ms", "decoder-ms", "maskencoder-ms", "memframe-ms", "memory-ms",
+                      "memory-frames"] {
+            #expect(stats.allSatisfy { $0[field] != nil }, "missing \(field)")
+        }
+        #expect(stats.map { $0["memory-frames"] ?? "" }.contains("5"))
+    }
+
+    @Test func passesFramesThroughUntilSeeded() throws {
+        // A black frame holds no person: seed=auto waits, alpha stays 255, stats say seeded=false.
+        let run = runPipeline(
+            "videotestsrc num-buffers=3 pattern=black ! video/x-raw,format=BGRA,width=64,height=48 "
+                + "! \(element) stats-interval=1 ! video/x-raw,format=GRAY8 ! appsink name=out sync=false")
+        #expect(run.error == nil)
+        #expect(run.samples.count == 3)
+        #expect(run.samples.allSatisfy { $0.allSatisfy { $0 == 255 } })
+        #expect(run.elementMessages.filter { $0["name"] == "matanyone-stats" }.allSatisfy { $0["seeded"] == "false" })
+    }
+
+    @Test func autoSeedingUsesTheSegmenter() throws {
+        let run = runPipeline("\(realFrames) ! identity eos-after=4 ! \(element) warmup=1 stats-interval=1 ! fakesink")
+        #expect(run.error == nil)
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(stats.first?["seeded"] == "true", "\(stats.first ?? [:])")
+        #expect(stats.first?["segmenter-ms"].flatMap(Double.init) ?? 0 > 0)
+    }
+
+    @Test func memEveryZeroIsASettingsError() throws {
+        let run = runPipeline("\(realFrames) ! \(element) mem-every=0 ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-library-error-quark")
+        #expect(error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+        #expect(error.message.contains("mem-every"))
+    }
+
+    @Test func seedMaskModeNeedsAMask() throws {
+        let run = runPipeline("\(realFrames) ! \(element) seed=mask ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+        #expect(error.message.contains("seed-mask"))
+    }
+
+    @Test func missingSeedMaskIsNotFound() throws {
+        let run = runPipeline("\(realFrames) ! \(element) seed=mask seed-mask=/nonexistent/mask.png ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-resource-error-quark")
+        #expect(error.code == Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
+        #expect(error.message.contains("/nonexistent/mask.png"))
+    }
+
+    @Test func unreadableSeedMaskIsAnError() throws {
+        let path = TestEnvironment.scratch("bad-mask") + "/mask.png"
+        try Data("not an image".utf8).write(to: URL(fileURLWithPath: path))
+        let run = runPipeline("\(realFrames) ! \(element) seed=mask seed-mask=\"\(path)\" ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-resource-error-quark")
+        #expect(error.message.contains(path))
+    }
+
+    /// Writes a PNG of the given size and grey level with GStreamer itself.
+    private func writeMask(_ name: String, width: Int, height: Int, pattern: String) -> String {
+        let path = TestEnvironment.scratch("masks") + "/\(name).png"
+        _ = runPipeline("videotestsrc num-buffers=1 pattern=\(pattern) ! video/x-raw,format=GRAY8,width=\(width),height=\(height) "
+                        + "! pngenc ! filesink location=\"\(path)\"")
+        return path
+    }
+
+    @Test func emptySeedMaskWarnsAndFallsBackToTheSegmenter() throws {
+        let path = writeMask("empty", width: 512, height: 288, pattern: "black")
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) warmup=0 seed=mask seed-mask=\"\(path)\" stats-interval=1 ! fakesink")
+        #expect(run.error == nil)
+        #expect(run.warnings.contains { $0.contains("no foreground") })
+        #expect(run.elementMessages.contains { $0["seeded"] == "true" })
+    }
+
+    @Test func fullSeedMaskWarnsAndCarriesOn() throws {
+        let path = writeMask("full", width: 512, height: 288, pattern: "white")
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) warmup=0 seed=mask seed-mask=\"\(path)\" ! fakesink")
+        #expect(run.error == nil)
+        #expect(run.warnings.contains { $0.contains("whole image") })
+    }
+
+    @Test func seedMaskOfAnotherSizeIsResized() throws {
+        // The mask scaled to 256×144 still seeds 512×288 frames.
+        let path = TestEnvironment.scratch("small-mask") + "/mask.png"
+        _ = runPipeline("filesrc location=\"\(mask)\" ! decodebin ! videoconvert ! videoscale ! video/x-raw,format=GRAY8,width=256,height=144 "
+                        + "! pngenc ! filesink location=\"\(path)\"")
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) warmup=0 seed=mask seed-mask=\"\(path)\" "
+                              + "! video/x-raw,format=GRAY8 ! appsink name=out sync=false")
+        #expect(run.error == nil)
+        #expect(run.samples.count == 2)
+        #expect(run.samples.first?.contains { $0 < 255 } == true)
+    }
+
+    @Test func reseedSignalAndEventsRestartTheTrack() throws {
+        var emitted = false
+        let run = runPipeline(
+            "\(realFrames) ! identity eos-after=14 ! \(element) name=m warmup=0 stats-interval=1 ! fakesink name=sink sync=false",
+            whilePlaying: { pipeline in
+                let bin = UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self)
+                let element = gst_bin_get_by_name(bin, "m")!
+                shim_emit_reseed(element)
+                // An upstream event from the sink side, with a mask.
+                let structure = gst_structure_new_empty("matanyone-reseed")!
+                shim_structure_set_string(structure, "mask", mask)
+                let sink = gst_bin_get_by_name(bin, "sink")!
+                emitted = gst_element_send_event(sink, gst_event_new_custom(GST_EVENT_CUSTOM_UPSTREAM, structure)) != 0
+                gst_object_unref(sink)
+                gst_object_unref(element)
+            })
+        #expect(run.error == nil)
+        #expect(emitted)
+        let seeds = run.elementMessages.filter { $0["name"] == "matanyone-stats" && $0["seed-ms"] != nil }
+        #expect(seeds.count >= 2, "seeded \(seeds.count) times")
+    }
+
+    @Test func reseedEventBeforeTheFirstFrameIsHarmless() throws {
+        precondition(gstreamerReady)
+        let harness = gst_harness_new_parse("\(element) warmup=0 seed=mask seed-mask=\"\(mask)\"")!
+        defer { gst_harness_teardown(harness) }
+        gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=512,height=288,framerate=25/1")
+        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8,width=512,height=288,framerate=25/1")
+        #expect(gst_harness_push_upstream_event(harness, gst_event_new_custom(GST_EVENT_CUSTOM_UPSTREAM,
+                                                                              gst_structure_new_empty("matanyone-reseed"))) != 0)
+        #expect(gst_harness_push_event(harness, gst_event_new_custom(GST_EVENT_CUSTOM_DOWNSTREAM,
+                                                                     gst_structure_new_empty("matanyone-reseed"))) != 0)
+        let frames = try Data(contentsOf: URL(fileURLWithPath: "\(data)/test-sample2-512x288.bgra"))
+        let frame = [UInt8](frames.prefix(512 * 288 * 4))
+        let buffer = gst_buffer_new_allocate(nil, gsize(frame.count), nil)!
+        _ = frame.withUnsafeBufferPointer { gst_buffer_fill(buffer, 0, $0.baseAddress, gsize($0.count)) }
+        #expect(gst_harness_push(harness, buffer) == GST_FLOW_OK)
+        let out = gst_harness_pull(harness)
+        #expect(out != nil)
+        if let out { gst_buffer_unref(out) }
+    }
+}
