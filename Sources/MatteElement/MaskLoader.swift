@@ -34,8 +34,22 @@ enum MaskLoader {
         }
         let sinkElement = gst_bin_get_by_name(asBin(pipeline), "sink")!
         defer { gst_object_unref(sinkElement) }
-        gst_element_set_state(pipeline, GST_STATE_PLAYING)
-        guard let sample = gst_app_sink_try_pull_sample(asAppSink(sinkElement), 10_000_000_000) else {
+        gst_element_set_state(pipeline, GST_STATE_PAUSED)
+        // Wait for preroll (the decoded image reached the appsink) or for the decoder's error.
+        let bus = gst_element_get_bus(pipeline)!
+        defer { gst_object_unref(bus) }
+        let wanted = GstMessageType(rawValue: GST_MESSAGE_ERROR.rawValue | GST_MESSAGE_ASYNC_DONE.rawValue | GST_MESSAGE_EOS.rawValue)
+        if let message = gst_bus_timed_pop_filtered(bus, 10_000_000_000, wanted) {
+            defer { gst_message_unref(message) }
+            if message.pointee.type == GST_MESSAGE_ERROR {
+                var error: UnsafeMutablePointer<GError>?
+                gst_message_parse_error(message, &error, nil)
+                let reason = error.map { String(cString: $0.pointee.message) } ?? "decoding failed"
+                if let error { g_error_free(error) }
+                throw EngineError.fileUnreadable(path: path, detail: "it is not an image GStreamer can decode (\(reason))")
+            }
+        }
+        guard let sample = gst_app_sink_try_pull_preroll(asAppSink(sinkElement), 0) else {
             throw EngineError.fileUnreadable(path: path, detail: "it is not an image GStreamer can decode")
         }
         defer { gst_sample_unref(sample) }
