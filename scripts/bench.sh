@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Benchmark (not part of the tests): the installed element against upstream PyTorch, same frames,
+# same working size, one run. Without installed MatAnyone2 weights it uses the random-init export
+# (same architecture, same cost), exporting it first if needed. Options: see `--help`.
+#   scripts/bench.sh --size 512x288 --frames 60
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/setup.sh" >/dev/null
+cd "$ROOT"
+MODELS="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone/models"
+EXTRA=()
+if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [[ " $* " != *" --model-dir "* ]]; then
+    TEST_MODELS="$ROOT/build/test-models"
+    if [ ! -f "$TEST_MODELS/matanyone2/manifest.json" ]; then
+        echo "[bench] exporting the random-init MatAnyone2 set (no official weights installed)"
+        .venv/bin/python -m tools.matanyone2.export --out "$TEST_MODELS/matanyone2" --random-init 0
+    fi
+    ln -sfn "$MODELS/segmenter" "$TEST_MODELS/segmenter"
+    EXTRA=(--model-dir "$TEST_MODELS")
+fi
+exec .venv/bin/python -m tools.bench "${EXTRA[@]}" "$@"

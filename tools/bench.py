@@ -1,0 +1,227 @@
+"""Benchmark: the installed `matanyone` element in a real pipeline against upstream PyTorch MatAnyone2,
+on the same decoded frames at the same working size, in one run.
+
+    scripts/bench.sh [--size 512x288] [--frames 60] [--engine matanyone2] [--provider cpu] [--threads 0]
+                     [--model-dir DIR] [--no-upstream] [--json FILE]
+
+Prints per stage (pre-processing, each model, memory match + readout, post-processing) the median and
+p95 in ms, frames per second, the element's peak RSS, upstream's time per frame (fp32, autocast off)
+and the ratio, and the floor (the model's multiply-adds ÷ the peak FLOP rate this CPU reaches on a
+large SGEMM). The first frames (seeding and its warm-up passes) are excluded from the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
+GMAC_512x288 = 35.1  # MatAnyone2 per frame at 512×288 (encoder 10.1, readout 4.2, decoder 13.1, mask encoder 7.7, rest)
+STAT_LINE = re.compile(r"matanyone-stats, (.*);")
+FIELD = re.compile(r"([\w-]+)=\((\w+)\)([^,]+)")
+
+
+def parse_stats(text: str) -> list[dict]:
+    rows = []
+    for line in text.splitlines():
+        match = STAT_LINE.search(line)
+        if not match:
+            continue
+        row = {}
+        for name, kind, value in FIELD.findall(match.group(1)):
+            value = value.strip().strip('"')
+            if kind in ("double", "float"):
+                row[name] = float(value)
+            elif kind in ("guint64", "uint", "int", "gint64"):
+                row[name] = int(value)
+            elif kind == "boolean":
+                row[name] = value == "true"
+            else:
+                row[name] = value
+        rows.append(row)
+    return rows
+
+
+def summary(values: list[float]) -> dict:
+    if not values:
+        return {"median": None, "p95": None}
+    ordered = sorted(values)
+    return {"median": statistics.median(ordered), "p95": ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]}
+
+
+def cpu_peak_gflops() -> float:
+    """Best of a few large float32 matrix products through numpy's BLAS, in GFLOP/s."""
+    n = 2048
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    a @ b
+    best = float("inf")
+    for _ in range(4):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "avx2": " avx2" in flags, "avx512f": " avx512f" in flags,
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1),
+            "platform": platform.platform()}
+
+
+def decode(clip: Path, width: int, height: int, count: int, out: Path) -> None:
+    pipeline = (f"filesrc location={clip} ! decodebin ! videoconvert ! videoscale "
+                f"! video/x-raw,format=BGRA,width={width},height={height} ! identity eos-after={count + 1} "
+                f"! filesink location={out}")
+    subprocess.run(["gst-launch-1.0", "-q"] + pipeline.split(), check=True)
+
+
+def run_element(args, width: int, height: int, count: int, mask: Path) -> tuple[list[dict], float, int]:
+    element = (f"matanyone engine={args.engine} working-size={min(width, height)} threads={args.threads} "
+               f"execution-provider={args.provider} stats-interval=1")
+    if args.model_dir:
+        element += f" model-dir={args.model_dir}"
+    if args.engine == "matanyone2":
+        element += f" seed=mask seed-mask={mask}"
+    pipeline = (f"filesrc location={args.clip} ! decodebin ! videoconvert ! videoscale "
+                f"! video/x-raw,format=BGRA,width={width},height={height} ! identity eos-after={count + 1} "
+                f"! {element} ! video/x-raw,format=GRAY8 ! fakesink")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    result = subprocess.run(["gst-launch-1.0", "-m"] + pipeline.split(), capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"bench: the pipeline failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return parse_stats(result.stdout), wall, max(peak_kib, before)
+
+
+def run_upstream(frames_file: Path, width: int, height: int, count: int, mask: Path, threads: int) -> list[float]:
+    """Seconds per frame of upstream InferenceCore on the same frames (frame 0 includes seeding)."""
+    import torch
+    from tools.matanyone2 import media, network
+    from tools.matanyone2.reference import run_reference
+    if threads:
+        torch.set_num_threads(threads)
+    frames = media.read_bgra_frames(frames_file, width, height, count)
+    seed = media.read_mask(mask, width, height)
+    net = network.build_network(random_init_seed=0).net
+    stamps = [time.perf_counter()]
+    run_reference(net, frames, seed, log=lambda _: stamps.append(time.perf_counter()))
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clip", type=Path, default=SHARED / "media" / "test-sample2.mp4")
+    parser.add_argument("--mask", type=Path, default=SHARED / "media" / "test-sample2.png",
+                        help="first-frame mask of the clip (resized to the working size)")
+    parser.add_argument("--size", default="512x288", help="working size WxH (frames are scaled to it)")
+    parser.add_argument("--frames", type=int, default=60, help="measured frames (after the excluded warm-up)")
+    parser.add_argument("--skip", type=int, default=3, help="first frames excluded (seeding, warm-up)")
+    parser.add_argument("--engine", default="matanyone2", choices=["matanyone2", "segmenter"])
+    parser.add_argument("--provider", default="cpu", choices=["cpu", "cuda", "tensorrt", "openvino", "auto"])
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--model-dir", help="model folder (default: the installed one)")
+    parser.add_argument("--no-upstream", action="store_true", help="skip the PyTorch comparison")
+    parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "result.json")
+    args = parser.parse_args(argv)
+
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    count = args.frames + args.skip
+    work = ROOT / "build" / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    from PIL import Image
+    mask = work / f"mask-{width}x{height}.png"
+    Image.open(args.mask).convert("L").resize((width, height), Image.NEAREST).save(mask)
+
+    print(f"measuring this CPU's SGEMM peak …", flush=True)
+    peak = cpu_peak_gflops()
+    print(f"running the element: {args.engine}, {width}×{height}, {count} frames …", flush=True)
+    rows, wall, peak_kib = run_element(args, width, height, count, mask)
+    measured = [r for r in rows if r.get("frame", 0) > args.skip]
+    if len(measured) < args.frames * 0.9:
+        sys.exit(f"bench: only {len(measured)} measured frames came back (dropped: "
+                 f"{rows[-1].get('frames-dropped') if rows else '?'})")
+    model_fields = [k for k in measured[0] if k.endswith("-ms") and k not in
+                    ("preprocess-ms", "inference-ms", "postprocess-ms", "total-ms", "memory-ms", "latency-ms", "seed-ms")]
+    stages = {"preprocess": summary([r["preprocess-ms"] for r in measured])}
+    for field in model_fields:
+        values = [r[field] for r in measured if r[field] > 0]
+        if values:
+            stages[field[:-3]] = summary(values)
+    stages["memory match + readout"] = summary([r["memory-ms"] for r in measured])
+    stages["postprocess"] = summary([r["postprocess-ms"] for r in measured])
+    overhead = [r["total-ms"] - sum(r[f] for f in model_fields) - r["memory-ms"] for r in measured]
+    stages["element overhead (all but models)"] = summary(overhead)
+    stages["total"] = summary([r["total-ms"] for r in measured])
+    total_median = stages["total"]["median"]
+    fps = 1000.0 / statistics.mean(r["total-ms"] for r in measured)
+    seed_ms = next((r["seed-ms"] for r in rows if "seed-ms" in r), None)
+
+    pixels_ratio = width * height / (512 * 288)
+    gmac = GMAC_512x288 * pixels_ratio if args.engine == "matanyone2" else None
+    floor_ms = gmac * 2 / peak * 1000 if gmac else None
+
+    upstream = None
+    if not args.no_upstream and args.engine == "matanyone2":
+        print(f"running upstream PyTorch InferenceCore on the same {count} frames …", flush=True)
+        frames_file = work / f"frames-{width}x{height}.bgra"
+        decode(args.clip, width, height, count, frames_file)
+        per_frame = run_upstream(frames_file, width, height, count, mask, args.threads)
+        upstream = summary([s * 1000 for s in per_frame[args.skip:]])
+
+    print()
+    print(f"{'stage':38s} {'median ms':>10s} {'p95 ms':>10s}")
+    for name, s in stages.items():
+        print(f"{name:38s} {s['median']:10.2f} {s['p95']:10.2f}")
+    print(f"\nframes measured      {len(measured)} (first {args.skip} excluded)")
+    print(f"frames per second    {fps:.2f}")
+    print(f"peak RSS             {peak_kib / 1024:.0f} MiB (the gst-launch-1.0 process)")
+    if seed_ms is not None:
+        print(f"seeding (warm-up)    {seed_ms:.0f} ms")
+    print(f"CPU SGEMM peak       {peak:.0f} GFLOP/s")
+    if floor_ms:
+        print(f"floor                {floor_ms:.0f} ms/frame ({gmac:.1f} GMAC); ours = {total_median / floor_ms:.2f}× the floor")
+    if upstream:
+        print(f"upstream PyTorch     {upstream['median']:.0f} ms/frame median (p95 {upstream['p95']:.0f}); "
+              f"ours is {upstream['median'] / total_median:.2f}× faster")
+
+    result = {
+        "machine": machine(), "engine": args.engine, "provider": args.provider, "threads": args.threads,
+        "working_size": [width, height], "frames_measured": len(measured), "skipped": args.skip,
+        "stages_ms": stages, "fps": fps, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
+        "cpu_peak_gflops": peak, "floor_ms": floor_ms,
+        "ratio_to_floor": total_median / floor_ms if floor_ms else None,
+        "upstream_ms": upstream, "speedup_vs_upstream": upstream["median"] / total_median if upstream else None,
+        "frames_dropped": rows[-1].get("frames-dropped") if rows else None,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    print(f"\nJSON: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
