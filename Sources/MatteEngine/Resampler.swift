@@ -91,6 +91,8 @@ public final class Resampler {
     let horizontal: AxisTaps
     let vertical: AxisTaps
     private var row: [Float]
+    private var pixelRow: [SIMD4<Float>] = []
+    private var expanded: [Float] = []
 
     public init(sourceWidth: Int, sourceHeight: Int, targetWidth: Int, targetHeight: Int) {
         self.sourceWidth = sourceWidth
@@ -99,51 +101,45 @@ public final class Resampler {
         self.targetHeight = targetHeight
         horizontal = AxisTaps(source: sourceWidth, output: targetWidth)
         vertical = AxisTaps(source: sourceHeight, output: targetHeight)
-        row = [Float](repeating: 0, count: sourceWidth * 3)
+        row = []
     }
 
     /// BGRA bytes → three float planes (R, G, B order, each `planeStride` apart, rows `rowStride`
     /// apart, element step `pixelStep`), values scaled by `scale` (1/255 gives [0, 1]).
     /// NCHW: pixelStep 1, planeStride W·H. NHWC: pixelStep 3, planeStride 1.
+    /// Vertical pass first, one BGRA pixel as one 4-lane vector, so each source row is read once per tap.
     public func bgraToRGB(_ image: BGRAImage, into destination: UnsafeMutablePointer<Float>,
                           pixelStep: Int, rowStride: Int, planeStride: Int, scale: Float = 1.0 / 255.0) {
         precondition(image.width == sourceWidth && image.height == sourceHeight)
         let width = sourceWidth
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
+        if pixelRow.count != width { pixelRow = [SIMD4<Float>](repeating: .zero, count: width) }
         horizontal.index.withUnsafeBufferPointer { hIndex in
         horizontal.weight.withUnsafeBufferPointer { hWeight in
         vertical.index.withUnsafeBufferPointer { vIndex in
         vertical.weight.withUnsafeBufferPointer { vWeight in
-        row.withUnsafeMutableBufferPointer { accumulator in
+        pixelRow.withUnsafeMutableBufferPointer { accumulator in
             let acc = accumulator.baseAddress!
             for y in 0..<targetHeight {
-                acc.update(repeating: 0, count: width * 3)
+                acc.update(repeating: .zero, count: width)
                 for t in 0..<vTaps {
                     let w = vWeight[y * vTaps + t]
                     if w == 0 { continue }
-                    let source = image.base + vIndex[y * vTaps + t] * image.stride
+                    let source = UnsafeRawPointer(image.base + vIndex[y * vTaps + t] * image.stride)
                     for x in 0..<width {
-                        let p = source + 4 * x
-                        let a = acc + 3 * x
-                        a[0] += w * Float(p[2])  // R
-                        a[1] += w * Float(p[1])  // G
-                        a[2] += w * Float(p[0])  // B
+                        let pixel = source.loadUnaligned(fromByteOffset: 4 * x, as: SIMD4<UInt8>.self)
+                        acc[x] += w * SIMD4<Float>(SIMD4<Int32>(truncatingIfNeeded: pixel))
                     }
                 }
                 let out = destination + y * rowStride
                 for x in 0..<targetWidth {
-                    var r: Float = 0, g: Float = 0, b: Float = 0
-                    for t in 0..<hTaps {
-                        let w = hWeight[x * hTaps + t]
-                        let a = acc + 3 * hIndex[x * hTaps + t]
-                        r += w * a[0]
-                        g += w * a[1]
-                        b += w * a[2]
-                    }
+                    var sum = SIMD4<Float>.zero
+                    for t in 0..<hTaps { sum += hWeight[x * hTaps + t] * acc[hIndex[x * hTaps + t]] }
+                    sum *= scale
                     let o = out + x * pixelStep
-                    o[0] = r * scale
-                    o[planeStride] = g * scale
-                    o[2 * planeStride] = b * scale
+                    o[0] = sum[2]               // R
+                    o[planeStride] = sum[1]     // G
+                    o[2 * planeStride] = sum[0] // B
                 }
             }
         }}}}}
@@ -152,17 +148,18 @@ public final class Resampler {
     /// A float plane (`sourceStride` floats per row) → another float plane.
     public func resample(_ source: UnsafePointer<Float>, sourceStride: Int,
                          into destination: UnsafeMutablePointer<Float>, destinationStride: Int) {
-        resampleRows(rowOf: { source + $0 * sourceStride }) { y, x, value in
-            destination[y * destinationStride + x] = value
+        resampleRows(rowOf: { source + $0 * sourceStride }) { y, values in
+            (destination + y * destinationStride).update(from: values, count: targetWidth)
         }
     }
 
     /// A float plane of values in [0, 1] → an 8-bit plane (rounded, clamped).
     public func resample(_ source: UnsafePointer<Float>, sourceStride: Int, into destination: GrayImage) {
         precondition(destination.width == targetWidth && destination.height == targetHeight)
-        resampleRows(rowOf: { source + $0 * sourceStride }) { y, x, value in
-            let scaled = min(max(value * 255 + 0.5, 0), 255)
-            destination.base[y * destination.stride + x] = UInt8(scaled)
+        let width = targetWidth
+        resampleRows(rowOf: { source + $0 * sourceStride }) { y, values in
+            let out = destination.base + y * destination.stride
+            for x in 0..<width { out[x] = UInt8(min(max(values[x] * 255 + 0.5, 0), 255)) }
         }
     }
 
@@ -179,30 +176,40 @@ public final class Resampler {
         }
     }
 
+    /// Horizontal pass once per source row (into `expanded`, targetWidth floats per row), then for each
+    /// output row a weighted sum of whole expanded rows: contiguous and vectorisable, which matters
+    /// when the target is large (model output → 1080p and above).
     @inline(__always)
-    private func resampleRows(rowOf: (Int) -> UnsafePointer<Float>, store: (Int, Int, Float) -> Void) {
-        let width = sourceWidth
+    private func resampleRows(rowOf: (Int) -> UnsafePointer<Float>, storeRow: (Int, UnsafePointer<Float>) -> Void) {
+        let width = targetWidth
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
+        if expanded.count != sourceHeight * width { expanded = [Float](repeating: 0, count: sourceHeight * width) }
+        if row.count < width { row = [Float](repeating: 0, count: width) }
         horizontal.index.withUnsafeBufferPointer { hIndex in
         horizontal.weight.withUnsafeBufferPointer { hWeight in
         vertical.index.withUnsafeBufferPointer { vIndex in
         vertical.weight.withUnsafeBufferPointer { vWeight in
-        row.withUnsafeMutableBufferPointer { accumulator in
-            let acc = accumulator.baseAddress!
+        expanded.withUnsafeMutableBufferPointer { expandedBuffer in
+        row.withUnsafeMutableBufferPointer { rowBuffer in
+            let rows = expandedBuffer.baseAddress!, acc = rowBuffer.baseAddress!
+            for y in 0..<sourceHeight {
+                let source = rowOf(y), out = rows + y * width
+                for x in 0..<width {
+                    var value: Float = 0
+                    for t in 0..<hTaps { value += hWeight[x * hTaps + t] * source[hIndex[x * hTaps + t]] }
+                    out[x] = value
+                }
+            }
             for y in 0..<targetHeight {
                 acc.update(repeating: 0, count: width)
                 for t in 0..<vTaps {
                     let w = vWeight[y * vTaps + t]
                     if w == 0 { continue }
-                    let source = rowOf(vIndex[y * vTaps + t])
+                    let source = rows + vIndex[y * vTaps + t] * width
                     for x in 0..<width { acc[x] += w * source[x] }
                 }
-                for x in 0..<targetWidth {
-                    var value: Float = 0
-                    for t in 0..<hTaps { value += hWeight[x * hTaps + t] * acc[hIndex[x * hTaps + t]] }
-                    store(y, x, value)
-                }
+                storeRow(y, acc)
             }
-        }}}}}
+        }}}}}}
     }
 }

@@ -72,6 +72,20 @@ struct ResamplerTests {
         #expect(bytes == [0, 128, 255, 51])
     }
 
+    @Test func vectorAndScalarRoundingAgree() {
+        // 19 wide: two 8-lane blocks and a scalar tail.
+        let source: [Float] = (0..<19).map { Float($0) / 9 - 0.5 }
+        var bytes = [UInt8](repeating: 0, count: 19)
+        let resampler = Resampler(sourceWidth: 19, sourceHeight: 1, targetWidth: 19, targetHeight: 1)
+        source.withUnsafeBufferPointer { plane in
+            bytes.withUnsafeMutableBufferPointer { out in
+                resampler.resample(plane.baseAddress!, sourceStride: 19,
+                                   into: GrayImage(base: out.baseAddress!, width: 19, height: 1, stride: 19))
+            }
+        }
+        #expect(bytes == source.map { UInt8(min(max($0 * 255 + 0.5, 0), 255)) })
+    }
+
     @Test func constantImageStaysConstantAtAnyRatio() {
         for (sw, sh, tw, th) in [(17, 9, 256, 256), (1920, 1080, 256, 256), (3, 5, 7, 2), (1, 1, 4, 4)] {
             let data = bgra(width: sw, height: sh) { _, _ in (100, 150, 200) }
