@@ -93,6 +93,24 @@ def _rename_dims(model, name: str) -> None:
                     d.dim_param = mapping[d.dim_param]
 
 
+def _strip_metadata(graph) -> None:
+    """Drop the exporter's per-node metadata (Python stack traces with local paths, object
+    addresses): it makes otherwise identical exports differ byte for byte."""
+    for node in graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ''
+        for attr in node.attribute:
+            if attr.HasField('g'):
+                _strip_metadata(attr.g)
+            for g in attr.graphs:
+                _strip_metadata(g)
+    for v in list(graph.value_info) + list(graph.input) + list(graph.output):
+        del v.metadata_props[:]
+    for init in graph.initializer:
+        del init.metadata_props[:]
+    del graph.metadata_props[:]   # exported-program signature with per-run node counters
+
+
 def _io(values) -> list:
     out = []
     for v in values:
@@ -124,6 +142,8 @@ def export_model(net, name: str, path: Path) -> dict:
     if opsets.get('', opsets.get('ai.onnx')) != OPSET:
         raise RuntimeError(f'{name}: exported opset {opsets}, wanted {OPSET}')
     _rename_dims(model, name)
+    _strip_metadata(model.graph)
+    del model.metadata_props[:]
     model.producer_name = 'gst-matanyone tools/matanyone2/export.py'
     model.doc_string = f'MatAnyone2 {name}: {ROLES[name]}'
     onnx.checker.check_model(model)
@@ -153,6 +173,18 @@ def verify_model(net, name: str, path: Path, height: int, width: int) -> float:
             raise RuntimeError(f'{name}: ONNX output shape {g.shape} != PyTorch {r.shape}')
         worst = max(worst, float(np.abs(g - r).max()) / max(float(np.abs(r).max()), 1e-6))
     return worst
+
+
+def exporter_info() -> dict:
+    """Which code and versions wrote the set (lets tests and scripts tell a stale set)."""
+    import hashlib
+    import onnx
+    import torch
+    code = hashlib.sha256()
+    for name in ('network.py', 'export.py'):
+        code.update((Path(__file__).resolve().parent / name).read_bytes())
+    return {'tool': 'tools/matanyone2/export.py', 'code_sha256': code.hexdigest(),
+            'torch': torch.__version__, 'onnx': onnx.__version__}
 
 
 def _dumps(manifest: dict) -> str:
@@ -187,6 +219,7 @@ def export_all(out: Path, checkpoint=None, random_init=None, verify: bool = True
         'dynamic_size': True,
         'size_multiple': SIZE_MULTIPLE,
         'config': {**cfg, 'warmup': 10, 'seed_dilate': 10, 'seed_erode': 10},
+        'exporter': exporter_info(),
         'models': {},
     }
     if built.from_checkpoint:

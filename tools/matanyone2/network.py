@@ -24,7 +24,6 @@ import hashlib
 import importlib
 import importlib.util
 import logging
-import math
 import sys
 import types
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +57,7 @@ OPTIONAL_KEY_PREFIXES = ('aux_computer.',)
 
 KEY_SCALE = 0.3        # random init: key projection scale (best similarity >= ~-20 on real frames)
 SHRINKAGE_SCALE = 0.3  # random init: shrinkage projection scale (shrinkage in ~[1, 2])
-CALIB_SIZE = (288, 512)  # random init: H, W of the procedural calibration images
+CALIB_SIZE = (192, 320)  # random init: H, W of the procedural calibration images
 CALIB_COUNT = 4
 ALPHA_MEAN, ALPHA_STD = 0.5, 0.15
 
@@ -205,10 +203,18 @@ def load_state_dict(path: Path) -> dict:
     return dict(obj)
 
 
-def _show(keys, n=8) -> str:
+def _show(keys, n=6) -> str:
+    """'a.x, a.y, b.z, … (12 more; by module: a 10, b 4)'"""
     keys = sorted(keys)
     s = ', '.join(keys[:n])
-    return s + (f', … ({len(keys) - n} more)' if len(keys) > n else '')
+    if len(keys) > n:
+        groups = {}
+        for k in keys:
+            top = k.split('.', 1)[0]
+            groups[top] = groups.get(top, 0) + 1
+        by = ', '.join(f'{g} {c}' for g, c in sorted(groups.items(), key=lambda x: -x[1]))
+        s += f', … ({len(keys) - n} more; by module: {by})'
+    return s
 
 
 def validate_state_dict(state: dict, net: nn.Module, source: str = 'checkpoint') -> None:
@@ -327,21 +333,19 @@ def condition_random_weights(net: nn.Module, seed: int) -> None:
                   lambda: net.pred_uncertainty(pix_feat[prev], pix_feat, masks[prev],
                                                mask_value[:, 0] - mask_value[prev, 0]))
 
-    # 4. matting head: one seed step + one first-frame pass on every calibration frame
+    # 4. matting head: what upstream computes in the seed step and the first first-frame pass,
+    #    batched over the calibration frames (deep sensory update of a zero state, object summary,
+    #    readout with the mask value as pixel memory, decoder); statistics of pred_mat's output.
+    sensory, summary = MemFrameNet(net)(mask_value[:, 0], torch.zeros_like(pix_feat), masks)
+    mem_readout = ReadoutNet(net)(pix_feat, mask_value[:, 0], sensory, masks, summary)
     outputs = []
     hook = net.mask_decoder.pred_mat.register_forward_hook(lambda m, i, o: outputs.append(o.detach()))
     try:
-        from matanyone2.inference.inference_core import InferenceCore
-        for i in range(n):
-            core = InferenceCore(net, cfg=net.cfg, device='cpu')
-            with torch.amp.autocast('cpu', enabled=False):
-                core.step(images[i], masks[i, 0] * 255.0, objects=[1])
-                core.step(images[i], first_frame_pred=True)
-            core.image_feature_store.no_warning = True
+        DecoderNet(net)(ms[1], ms[2], ms[3], ms[4], mem_readout, sensory)
     finally:
         hook.remove()
         reset_positional_caches(net)
-    y = torch.cat(outputs)
+    y = outputs[0]
     mean, std = float(y.mean()), float(y.std())
     scale = ALPHA_STD / max(std, 1e-6)
     head = net.mask_decoder.pred_mat
