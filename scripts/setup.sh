@@ -6,6 +6,8 @@
 #
 #   scripts/setup.sh            everything
 #   scripts/setup.sh --no-plugin   everything but the plugin build/install
+#   scripts/setup.sh --gpu         also the GPU build of ONNX Runtime (CUDA and TensorRT execution
+#                                  providers; needs NVIDIA's CUDA 12 and cuDNN 9 libraries on the system)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,9 +17,11 @@ PLUGIN_DIR="$DATA_HOME/gstreamer-1.0/plugins"
 DEPS="$ROOT/.deps"
 VENV="$ROOT/.venv"
 BUILD_PLUGIN=1
+GPU=0
 for arg in "$@"; do
     case "$arg" in
         --no-plugin) BUILD_PLUGIN=0 ;;
+        --gpu) GPU=1 ;;
         *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -81,6 +85,17 @@ if ! cmp -s "$ORT_SRC" "$ORT_DIR/$(basename "$ORT_SRC")"; then
     mkdir -p "$ORT_DIR"
     cp "$ORT_SRC" "$ORT_DIR/"
     ln -sf "$(basename "$ORT_SRC")" "$ORT_DIR/libonnxruntime.so.1"
+fi
+
+# 4b. On request, the GPU build (the element prefers it when present; its CPU provider works anyway).
+ORT_GPU_VERSION=1.31.1
+if [ "$GPU" = 1 ] && [ ! -f "$DATA/onnxruntime-gpu/libonnxruntime.so.$ORT_GPU_VERSION" ]; then
+    say "installing ONNX Runtime $ORT_GPU_VERSION (GPU build) into $DATA/onnxruntime-gpu"
+    mkdir -p "$DEPS/ort-gpu" "$DATA/onnxruntime-gpu"
+    "$VENV/bin/pip" download -q --no-deps --only-binary=:all: -d "$DEPS/ort-gpu" "onnxruntime-gpu==$ORT_GPU_VERSION"
+    (cd "$DEPS/ort-gpu" && "$PY" -m zipfile -e onnxruntime_gpu-*.whl unpacked)
+    cp "$DEPS"/ort-gpu/unpacked/onnxruntime/capi/libonnxruntime*.so* "$DATA/onnxruntime-gpu/"
+    ln -sf "libonnxruntime.so.$ORT_GPU_VERSION" "$DATA/onnxruntime-gpu/libonnxruntime.so.1"
 fi
 
 # 5. The embedded default model: MediaPipe selfie segmentation (Apache-2.0), converted to ONNX.

@@ -66,6 +66,10 @@ final class MatteFilter {
             ErrorMapping.postError(error, on: handle)
             return false
         }
+        if current.executionProvider == .auto, engine?.provider == .cpu {
+            ErrorMapping.postWarning("execution-provider=auto: the loaded ONNX Runtime has no GPU execution provider "
+                                     + "(install one with scripts/setup.sh --gpu); running on the CPU", on: handle)
+        }
         report = FrameReport(modelCount: engine!.modelNames.count)
         latency.reset()
         framesSubmitted = 0

@@ -76,6 +76,8 @@ public final class MatAnyone2Engine: MattingEngine {
         return (short, long)
     }
 
+    public var provider: ExecutionProvider { sessions["encoder"]!.provider }
+
     public func reset() {
         core?.reset()
     }

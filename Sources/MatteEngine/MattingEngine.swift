@@ -52,6 +52,8 @@ public protocol MattingEngine: AnyObject {
     var kind: EngineKind { get }
     /// Names of the models whose times `FrameReport.modelMs` carries, in that order.
     var modelNames: [String] { get }
+    /// Where the models run (`auto` resolved).
+    var provider: ExecutionProvider { get }
     /// Forgets all temporal state (a new stream, a seek, new caps).
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).

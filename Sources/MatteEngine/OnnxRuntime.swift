@@ -24,6 +24,11 @@ public final class OnnxRuntime {
         ModelLocations.dataRoot + "/onnxruntime/libonnxruntime.so.1"
     }
 
+    /// Where `scripts/setup.sh --gpu` installs the GPU build.
+    public static var gpuLibraryPath: String {
+        ModelLocations.dataRoot + "/onnxruntime-gpu/libonnxruntime.so.1"
+    }
+
     /// Loads (once per process and path) the runtime. `explicitPath` empty means: the
     /// `MATANYONE_ONNXRUNTIME` variable, else the set-up location, else the system search path.
     public static func shared(explicitPath: String = "") throws -> OnnxRuntime {
@@ -33,7 +38,10 @@ public final class OnnxRuntime {
         } else if let fromEnv = ProcessInfo.processInfo.environment["MATANYONE_ONNXRUNTIME"], !fromEnv.isEmpty {
             candidates = [fromEnv]
         } else {
-            candidates = [defaultLibraryPath, "libonnxruntime.so.1"]
+            // The GPU build (scripts/setup.sh --gpu) when installed, then the CPU one, then the system's.
+            candidates = [gpuLibraryPath, defaultLibraryPath, "libonnxruntime.so.1"]
+                .filter { !$0.hasPrefix("/") || FileManager.default.fileExists(atPath: $0) }
+            if candidates == ["libonnxruntime.so.1"] { candidates = [defaultLibraryPath, "libonnxruntime.so.1"] }
         }
         lock.lock()
         defer { lock.unlock() }

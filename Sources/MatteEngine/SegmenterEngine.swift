@@ -43,6 +43,8 @@ public final class SegmenterEngine: MattingEngine {
         binding = try session.bind(inputs: [session.inputs[0].name: input], outputs: [outputSpec.name: output])
     }
 
+    public var provider: ExecutionProvider { session.provider }
+
     public func reset() {}
 
     public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {

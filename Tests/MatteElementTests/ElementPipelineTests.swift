@@ -171,6 +171,21 @@ import MatteElement
         #expect(error.message.contains("/nonexistent/libonnxruntime.so.1"))
     }
 
+    @Test func unavailableExecutionProviderIsASettingsError() throws {
+        let run = runPipeline("\(synthetic(2)) ! \(element) execution-provider=cuda ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-library-error-quark")
+        #expect(error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+        #expect(error.message.contains("execution-provider=cuda") && error.message.contains("CPUExecutionProvider"))
+    }
+
+    @Test func autoExecutionProviderFallsBackToCPUWithAWarning() {
+        let run = runPipeline("\(synthetic(2)) ! \(element) execution-provider=auto ! fakesink")
+        #expect(run.error == nil)
+        #expect(run.reachedEOS)
+        #expect(run.warnings.contains { $0.contains("execution-provider=auto") })
+    }
+
     @Test func corruptModelIsLibraryInit() throws {
         let directory = TestEnvironment.scratch("corrupt-models")
         let source = TestEnvironment.modelDir + "/segmenter"
