@@ -30,6 +30,9 @@ MAX_IR_VERSION = 10
 SIZE_MULTIPLE = 16
 MAX_GRID = 256  # dynamic stride-16 grid up to 256 x 256 cells (4096 x 4096 pixels)
 VERIFY_SIZE = (288, 512)  # H, W used to check each ONNX model against PyTorch after export
+# max |ORT - PyTorch| / max |PyTorch| allowed in that check: float32 reordering through ResNet-50
+# reaches ~1e-4 on noise images; an export bug is off by far more
+VERIFY_TOL = 1e-3
 
 ROLES = {
     'encoder': 'every frame: image -> multi-scale features, pix_feat, key/shrinkage/selection',
@@ -215,6 +218,7 @@ def export_all(out: Path, checkpoint=None, random_init=None, verify: bool = True
         'engine': 'matanyone2',
         'weights': built.weights,
         'license': built.license,
+        **({'license_file': 'LICENSE.txt'} if built.from_checkpoint else {}),
         'opset': OPSET,
         'dynamic_size': True,
         'size_multiple': SIZE_MULTIPLE,
@@ -224,7 +228,6 @@ def export_all(out: Path, checkpoint=None, random_init=None, verify: bool = True
     }
     if built.from_checkpoint:
         shutil.copyfile(N.LICENSE_TEXT_FILE, out / 'LICENSE.txt')
-        manifest['license_file'] = 'LICENSE.txt'
     for name in N.SUBNETS:
         if only is not None and name not in only:
             continue
@@ -236,7 +239,7 @@ def export_all(out: Path, checkpoint=None, random_init=None, verify: bool = True
             err = verify_model(built.net, name, path, *VERIFY_SIZE)
             err2 = verify_model(built.net, name, path, 96, 160)
             msg += f'; max rel. error vs PyTorch {err:.1e} at 512x288, {err2:.1e} at 160x96'
-            if max(err, err2) > 1e-4:
+            if max(err, err2) > VERIFY_TOL:
                 raise RuntimeError(f'{name}: ONNX output differs from PyTorch ({err}, {err2})')
         log(msg)
     (out / 'manifest.json').write_text(_dumps(manifest) + '\n')

@@ -71,7 +71,7 @@ def test_onnx_matches_pytorch_submodules(m2_models, m2_built):
     from tools.matanyone2 import export
     for name in NAMES:
         err = export.verify_model(m2_built.net, name, m2_models / f'{name}.onnx', 160, 224)
-        assert err < 1e-4, (name, err)
+        assert err < export.VERIFY_TOL, (name, err)
 
 
 def test_random_init_is_deterministic_and_finite(m2_built):
