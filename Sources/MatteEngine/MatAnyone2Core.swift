@@ -62,8 +62,9 @@ final class MatAnyone2Core {
         self.parameters = parameters
         self.width = width
         self.height = height
-        paddedHeight = (height + 15) / 16 * 16
-        paddedWidth = (width + 15) / 16 * 16
+        // Multiples of 16, and at least two grid cells a side (the exported dynamic range starts there).
+        paddedHeight = max(32, (height + 15) / 16 * 16)
+        paddedWidth = max(32, (width + 15) / 16 * 16)
         padTop = (paddedHeight - height) / 2
         padLeft = (paddedWidth - width) / 2
         gridTokens = (paddedHeight / 16) * (paddedWidth / 16)
