@@ -67,7 +67,7 @@ swift build --build-tests 2>&1 | grep -E "error|warning: unre" ; swift test --sk
 rc=${PIPESTATUS[0]}
 sp=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? passed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
 sf=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? failed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
-sfi=$(grep -cE "✘ Test .* failed" build/swift-test.log)
+sfi=$(grep -cE "^✘ Test [^ ]+\(.*\) failed after" build/swift-test.log)
 if [ -n "$sf" ]; then count swift "$rc" $((sf - sfi)) "$sfi"; else count swift "$rc" "${sp:-0}" 0; fi
 
 say "Python tool tests"

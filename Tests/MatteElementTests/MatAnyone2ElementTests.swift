@@ -63,6 +63,13 @@ import MatteElement
         #expect(stats.map { $0["memory-frames"] ?? "" }.contains("5"))
     }
 
+    @Test func engineAutoPicksMatAnyone2WhenItsSetIsInstalled() throws {
+        let run = runPipeline("videotestsrc num-buffers=1 pattern=black ! video/x-raw,format=BGRA,width=64,height=48 "
+                              + "! matanyone model-dir=\"\(TestEnvironment.modelDir)\" stats-interval=1 ! fakesink")
+        #expect(run.error == nil)
+        #expect(run.elementMessages.first { $0["name"] == "matanyone-stats" }?["engine"] == "matanyone2")
+    }
+
     @Test func passesFramesThroughUntilSeeded() throws {
         // A black frame holds no person: seed=auto waits, alpha stays 255, stats say seeded=false.
         let run = runPipeline(

@@ -27,8 +27,8 @@ enum TestEnvironment {
         return path
     }
 
-    /// The element with the test model folder, ready to go into a launch line.
-    static var element: String { "matanyone model-dir=\"\(modelDir)\"" }
+    /// The segmenter element with the test model folder (engine=auto would pick MatAnyone2 there).
+    static var element: String { "matanyone engine=segmenter model-dir=\"\(modelDir)\"" }
 }
 
 /// An error message read off the bus.
