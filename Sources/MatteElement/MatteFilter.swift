@@ -220,26 +220,15 @@ final class MatteFilter {
             return false
         }
         alphaPlane = [UInt8](repeating: 0, count: width * height)
-        // New caps: temporal state no longer applies. One run on a black frame warms the runtime up
-        // and gives the first latency estimate.
+        // New caps: temporal state no longer applies (warmUp resets it). One run at the new size
+        // warms the runtime up and gives the first latency estimate.
         guard let engine else { return false }
-        engine.reset()
-        let black = [UInt8](repeating: 0, count: width * height * 4)
-        let start = monotonicMs()
         do {
-            try black.withUnsafeBufferPointer { pixels in
-                try alphaPlane.withUnsafeMutableBufferPointer { plane in
-                    let frame = BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4)
-                    let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
-                    try engine.matte(frame, into: alpha, report: &report)
-                }
-            }
+            warmUpMs = try engine.warmUp(width: width, height: height)
         } catch {
             ErrorMapping.postError(error, on: handle)
             return false
         }
-        warmUpMs = monotonicMs() - start
-        engine.reset()
         latency.reset()
         return true
     }
@@ -292,7 +281,8 @@ final class MatteFilter {
         }
         framesProcessed += 1
         let totalMs = monotonicMs() - start
-        if latency.add(totalMs) { handle.postLatencyMessage() }
+        // Seeding (the warm-up passes) happens once; it is reported as seed-ms, not as latency.
+        if latency.add(totalMs - report.seedMs) { handle.postLatencyMessage() }
         if current.statsInterval > 0, framesProcessed % UInt(current.statsInterval) == 0 {
             postStats(pts: input.pts, totalMs: totalMs, engine: engine)
         }

@@ -169,9 +169,10 @@ final class MatAnyone2Core {
         modelMs[model.rawValue] += monotonicMs() - start
     }
 
-    /// Seed step with `seed` (alpha in {0, 1}, `height`×`width`), then warmup + 1 first-frame passes.
+    /// Seed step with `seed` (alpha in {0, 1}, `height`×`width`), then warmup + 1 first-frame passes
+    /// (`warmupPasses` overrides the warm-up count).
     /// The frame must already be in `image`.
-    func start(seed: [Float]) throws {
+    func start(seed: [Float], warmupPasses: Int? = nil) throws {
         reset()
         t = 0
         try run(encode, .encoder)  // frame 0's encoding is reused by every pass below
@@ -183,7 +184,7 @@ final class MatAnyone2Core {
         sensory.fill(0)
         lastPixFeat.copy(from: pixFeat)
         try memorize()
-        for _ in 0...parameters.warmup { try firstFramePass() }
+        for _ in 0...(warmupPasses ?? parameters.warmup) { try firstFramePass() }
         started = true
     }
 

@@ -90,6 +90,20 @@ public final class MatAnyone2Engine: MattingEngine {
 
     public var isSeeded: Bool { core?.started ?? false }
 
+    /// Builds the core for this size and times one seed step plus one pass on a blank frame (about one
+    /// ordinary frame's work, without the warm-up passes a real seed runs); then forgets it.
+    public func warmUp(width: Int, height: Int) throws -> Double {
+        let black = [UInt8](repeating: 0, count: width * height * 4)
+        let start = monotonicMs()
+        try black.withUnsafeBufferPointer { pixels in
+            let core = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))
+            core.image.fill(0)
+            try core.start(seed: [Float](repeating: 0, count: core.width * core.height), warmupPasses: 0)
+            core.reset()
+        }
+        return monotonicMs() - start
+    }
+
     /// The last frame's alpha at working size, before resampling and quantisation (for checks).
     public func workingAlpha() -> (alpha: [Float], width: Int, height: Int)? {
         guard let core, core.started else { return nil }

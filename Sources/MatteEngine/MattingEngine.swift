@@ -60,11 +60,33 @@ public protocol MattingEngine: AnyObject {
     func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws
     /// Forgets the track and seeds again on the next frame, from `source` (nil: as configured).
     func reseed(_ source: SeedSource?)
+    /// Prepares for frames of this size (allocations, the runtime's first run) and returns what one
+    /// frame costs in ms; leaves no temporal state behind.
+    func warmUp(width: Int, height: Int) throws -> Double
 }
 
 extension MattingEngine {
     /// Stateless engines have nothing to seed.
     public func reseed(_ source: SeedSource?) {}
+
+    /// One frame of black, timed.
+    public func warmUp(width: Int, height: Int) throws -> Double {
+        reset()
+        let black = [UInt8](repeating: 0, count: width * height * 4)
+        var alpha = [UInt8](repeating: 0, count: width * height)
+        var report = FrameReport(modelCount: modelNames.count)
+        let start = monotonicMs()
+        try black.withUnsafeBufferPointer { pixels in
+            try alpha.withUnsafeMutableBufferPointer { plane in
+                try matte(BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4),
+                          into: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width),
+                          report: &report)
+            }
+        }
+        let elapsed = monotonicMs() - start
+        reset()
+        return elapsed
+    }
 }
 
 /// Milliseconds since an arbitrary origin, monotonic.

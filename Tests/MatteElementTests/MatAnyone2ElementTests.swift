@@ -70,6 +70,41 @@ import MatteElement
         #expect(run.elementMessages.first { $0["name"] == "matanyone-stats" }?["engine"] == "matanyone2")
     }
 
+    /// The latency answer is one frame's cost: the one-off seeding (11 passes) is not latency.
+    @Test func latencyLeavesSeedingOut() throws {
+        var answered: GstClockTime = 0
+        let run = runPipeline(
+            "\(realFrames) ! identity eos-after=6 ! \(element) name=m seed=mask seed-mask=\"\(mask)\" stats-interval=1 "
+                + "! fakesink name=sink sync=false",
+            before: { _ in },
+            whilePlaying: { pipeline in
+                let bin = UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self)
+                let element = gst_bin_get_by_name(bin, "m")!
+                let pad = gst_element_get_static_pad(element, "src")!
+                // Wait until a few frames went through, then ask.
+                for _ in 0..<600 where answered == 0 {
+                    Thread.sleep(forTimeInterval: 0.1)
+                    let query = gst_query_new_latency()!
+                    if gst_pad_query(pad, query) != 0 {
+                        var live: gboolean = 0, minimum: GstClockTime = 0, maximum: GstClockTime = 0
+                        gst_query_parse_latency(query, &live, &minimum, &maximum)
+                        answered = minimum
+                    }
+                    gst_query_unref(query)
+                }
+                gst_object_unref(pad)
+                gst_object_unref(element)
+            })
+        #expect(run.error == nil)
+        let seed = try #require(run.elementMessages.compactMap { $0["seed-ms"].flatMap(Double.init) }.first)
+        #expect(answered > 0)
+        #expect(Double(answered) / 1e6 < seed / 3, "latency \(Double(answered) / 1e6) ms vs seeding \(seed) ms")
+        // After the seeding frame went through, the running percentile still leaves it out.
+        let last = try #require(run.elementMessages.last { $0["name"] == "matanyone-stats" })
+        let tracked = try #require(last["latency-ms"].flatMap(Double.init))
+        #expect(tracked > 0 && tracked < seed / 3, "tracked latency \(tracked) ms vs seeding \(seed) ms")
+    }
+
     @Test func passesFramesThroughUntilSeeded() throws {
         // A black frame holds no person: seed=auto waits, alpha stays 255, stats say seeded=false.
         let run = runPipeline(
