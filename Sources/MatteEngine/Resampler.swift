@@ -1,3 +1,5 @@
+import Foundation
+
 /// Image views and the separable resampling used on both sides of the models: the frame down to the
 /// model's input, the model's alpha up to the frame. Downscaling averages the covered source area
 /// (like OpenCV's INTER_AREA, no aliasing on 1080p → 256); upscaling is bilinear on pixel centres.
@@ -113,36 +115,58 @@ public final class Resampler {
         precondition(image.width == sourceWidth && image.height == sourceHeight)
         let width = sourceWidth
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
-        if pixelRow.count != width { pixelRow = [SIMD4<Float>](repeating: .zero, count: width) }
+        let lanes = Resampler.lanes(work: sourceWidth * sourceHeight)
+        if pixelRow.count != width * lanes { pixelRow = [SIMD4<Float>](repeating: .zero, count: width * lanes) }
         horizontal.index.withUnsafeBufferPointer { hIndex in
         horizontal.weight.withUnsafeBufferPointer { hWeight in
         vertical.index.withUnsafeBufferPointer { vIndex in
         vertical.weight.withUnsafeBufferPointer { vWeight in
-        pixelRow.withUnsafeMutableBufferPointer { accumulator in
-            let acc = accumulator.baseAddress!
-            for y in 0..<targetHeight {
-                acc.update(repeating: .zero, count: width)
-                for t in 0..<vTaps {
-                    let w = vWeight[y * vTaps + t]
-                    if w == 0 { continue }
-                    let source = UnsafeRawPointer(image.base + vIndex[y * vTaps + t] * image.stride)
-                    for x in 0..<width {
-                        let pixel = source.loadUnaligned(fromByteOffset: 4 * x, as: SIMD4<UInt8>.self)
-                        acc[x] += w * SIMD4<Float>(SIMD4<Int32>(truncatingIfNeeded: pixel))
+        pixelRow.withUnsafeMutableBufferPointer { accumulators in
+            Resampler.forEachSlice(of: targetHeight, lanes: lanes) { rows, lane in
+                let acc = accumulators.baseAddress! + lane * width
+                for y in rows {
+                    acc.update(repeating: .zero, count: width)
+                    for t in 0..<vTaps {
+                        let w = vWeight[y * vTaps + t]
+                        if w == 0 { continue }
+                        let source = UnsafeRawPointer(image.base + vIndex[y * vTaps + t] * image.stride)
+                        for x in 0..<width {
+                            let pixel = source.loadUnaligned(fromByteOffset: 4 * x, as: SIMD4<UInt8>.self)
+                            acc[x] += w * SIMD4<Float>(SIMD4<Int32>(truncatingIfNeeded: pixel))
+                        }
                     }
-                }
-                let out = destination + y * rowStride
-                for x in 0..<targetWidth {
-                    var sum = SIMD4<Float>.zero
-                    for t in 0..<hTaps { sum += hWeight[x * hTaps + t] * acc[hIndex[x * hTaps + t]] }
-                    sum *= scale
-                    let o = out + x * pixelStep
-                    o[0] = sum[2]               // R
-                    o[planeStride] = sum[1]     // G
-                    o[2 * planeStride] = sum[0] // B
+                    let out = destination + y * rowStride
+                    for x in 0..<targetWidth {
+                        var sum = SIMD4<Float>.zero
+                        for t in 0..<hTaps { sum += hWeight[x * hTaps + t] * acc[hIndex[x * hTaps + t]] }
+                        sum *= scale
+                        let o = out + x * pixelStep
+                        o[0] = sum[2]               // R
+                        o[planeStride] = sum[1]     // G
+                        o[2 * planeStride] = sum[0] // B
+                    }
                 }
             }
         }}}}}
+    }
+
+    /// How many threads a pass over `work` pixels is worth: two or more only for large frames, where
+    /// the split pays for itself (a 1080p frame takes milliseconds; a 256² one microseconds).
+    static func lanes(work: Int) -> Int {
+        work >= 500_000 ? min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 4) : 1
+    }
+
+    /// Runs `body` over `lanes` contiguous slices of 0..<count, concurrently when lanes > 1.
+    static func forEachSlice(of count: Int, lanes: Int, _ body: (Range<Int>, Int) -> Void) {
+        guard lanes > 1, count > 1 else {
+            body(0..<count, 0)
+            return
+        }
+        let step = (count + lanes - 1) / lanes
+        DispatchQueue.concurrentPerform(iterations: lanes) { lane in
+            let rows = min(lane * step, count)..<min((lane + 1) * step, count)
+            if !rows.isEmpty { body(rows, lane) }
+        }
     }
 
     /// A float plane (`sourceStride` floats per row) → another float plane.
@@ -183,32 +207,38 @@ public final class Resampler {
     private func resampleRows(rowOf: (Int) -> UnsafePointer<Float>, storeRow: (Int, UnsafePointer<Float>) -> Void) {
         let width = targetWidth
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
+        let lanes = Resampler.lanes(work: targetWidth * targetHeight)
         if expanded.count != sourceHeight * width { expanded = [Float](repeating: 0, count: sourceHeight * width) }
-        if row.count < width { row = [Float](repeating: 0, count: width) }
+        if row.count != width * lanes { row = [Float](repeating: 0, count: width * lanes) }
         horizontal.index.withUnsafeBufferPointer { hIndex in
         horizontal.weight.withUnsafeBufferPointer { hWeight in
         vertical.index.withUnsafeBufferPointer { vIndex in
         vertical.weight.withUnsafeBufferPointer { vWeight in
         expanded.withUnsafeMutableBufferPointer { expandedBuffer in
         row.withUnsafeMutableBufferPointer { rowBuffer in
-            let rows = expandedBuffer.baseAddress!, acc = rowBuffer.baseAddress!
-            for y in 0..<sourceHeight {
-                let source = rowOf(y), out = rows + y * width
-                for x in 0..<width {
-                    var value: Float = 0
-                    for t in 0..<hTaps { value += hWeight[x * hTaps + t] * source[hIndex[x * hTaps + t]] }
-                    out[x] = value
+            let rows = expandedBuffer.baseAddress!
+            Resampler.forEachSlice(of: sourceHeight, lanes: lanes) { sourceRows, _ in
+                for y in sourceRows {
+                    let source = rowOf(y), out = rows + y * width
+                    for x in 0..<width {
+                        var value: Float = 0
+                        for t in 0..<hTaps { value += hWeight[x * hTaps + t] * source[hIndex[x * hTaps + t]] }
+                        out[x] = value
+                    }
                 }
             }
-            for y in 0..<targetHeight {
-                acc.update(repeating: 0, count: width)
-                for t in 0..<vTaps {
-                    let w = vWeight[y * vTaps + t]
-                    if w == 0 { continue }
-                    let source = rows + vIndex[y * vTaps + t] * width
-                    for x in 0..<width { acc[x] += w * source[x] }
+            Resampler.forEachSlice(of: targetHeight, lanes: lanes) { targetRows, lane in
+                let acc = rowBuffer.baseAddress! + lane * width
+                for y in targetRows {
+                    acc.update(repeating: 0, count: width)
+                    for t in 0..<vTaps {
+                        let w = vWeight[y * vTaps + t]
+                        if w == 0 { continue }
+                        let source = rows + vIndex[y * vTaps + t] * width
+                        for x in 0..<width { acc[x] += w * source[x] }
+                    }
+                    storeRow(y, acc)
                 }
-                storeRow(y, acc)
             }
         }}}}}}
     }
