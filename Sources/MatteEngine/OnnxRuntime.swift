@@ -39,9 +39,8 @@ public final class OnnxRuntime {
             candidates = [fromEnv]
         } else {
             // The GPU build (scripts/setup.sh --gpu) when installed, then the CPU one, then the system's.
-            candidates = [gpuLibraryPath, defaultLibraryPath, "libonnxruntime.so.1"]
-                .filter { !$0.hasPrefix("/") || FileManager.default.fileExists(atPath: $0) }
-            if candidates == ["libonnxruntime.so.1"] { candidates = [defaultLibraryPath, "libonnxruntime.so.1"] }
+            let gpu = FileManager.default.fileExists(atPath: gpuLibraryPath) ? [gpuLibraryPath] : []
+            candidates = gpu + [defaultLibraryPath, "libonnxruntime.so.1"]
         }
         lock.lock()
         defer { lock.unlock() }
