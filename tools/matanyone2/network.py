@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
@@ -401,7 +402,62 @@ class ReadoutNet(nn.Module):
 class DecoderNet(nn.Module):
     """f8, f4, f2, f1, mem_readout [1,256,h,w], sensory [1,256,h,w]
     -> alpha [1,1,H,W] (clamped to [0,1]), sensory_out [1,256,h,w] (GRU update from the decoder).
-    Upstream: segment(..., update_sensory=True); f16 is not used by the decoder."""
+
+    Upstream's segment(..., update_sensory=True) with the object dimension dropped (one object):
+    the same modules and weights, called in plain 4-D NCHW. Upstream keeps [B, objects, C, H, W]
+    and reshapes around every convolution; those reshapes stop ONNX Runtime's blocked (NCHWc)
+    convolution layout from spanning the decoder, which then reorders every full-resolution
+    tensor in and out of it (about a fifth of the decoder's time). f16 is not used by the decoder.
+    UpstreamDecoderNet is the original call; a test holds the two equal."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    @staticmethod
+    def _upsample_block(block, g, skip):
+        # MaskUpsampleBlock: bilinear x2, add the skip projection, GroupResBlock (pre-activation)
+        g = F.interpolate(g, scale_factor=block.scale_factor, mode='bilinear')
+        g = skip + g
+        res = block.out_conv
+        out = _conv(res.conv2, F.relu(_conv(res.conv1, F.relu(g))))
+        if not isinstance(res.downsample, nn.Identity):
+            g = _conv(res.downsample, g)
+        return out + g
+
+    def forward(self, f8, f4, f2, f1, mem_readout, sensory):
+        dec = self.net.mask_decoder
+        s8, s4, s2, s1 = [t(x) for t, x in zip(dec.decoder_feat_proc.transforms, (f8, f4, f2, f1))]
+        p16 = mem_readout
+        p8 = self._upsample_block(dec.up_16_8, p16, s8)
+        p4 = self._upsample_block(dec.up_8_4, p8, s4)
+        p2 = self._upsample_block(dec.up_4_2, p4, s2)
+        p1 = self._upsample_block(dec.up_2_1, p2, s1)
+        logits = dec.pred_mat(F.relu(p1))
+        # SensoryUpdater_fullscale over [p16, p8, p4, p2, p1 + logits], area-downsampled to 1/16
+        up = dec.sensory_update
+        p1 = torch.cat([p1, logits], 1)
+        g = _conv(up.g16_conv, p16)
+        for conv, feat, ratio in ((up.g8_conv, p8, 1 / 2), (up.g4_conv, p4, 1 / 4),
+                                  (up.g2_conv, p2, 1 / 8), (up.g1_conv, p1, 1 / 16)):
+            g = g + _conv(conv, F.interpolate(feat, scale_factor=ratio, mode='area'))
+        values = _conv(up.transform, torch.cat([g, sensory], 1))
+        dim = values.shape[1] // 3
+        forget_gate = torch.sigmoid(values[:, :dim])
+        update_gate = torch.sigmoid(values[:, dim:dim * 2])
+        new_value = torch.tanh(values[:, dim * 2:])
+        new_sensory = forget_gate * sensory * (1 - update_gate) + update_gate * new_value
+        return logits.clamp(0.0, 1.0), new_sensory
+
+
+def _conv(conv: nn.Conv2d, x):
+    """A (G)Conv2d's own convolution on a 4-D tensor, bypassing GConv2d's object reshapes."""
+    return nn.Conv2d.forward(conv, x)
+
+
+class UpstreamDecoderNet(nn.Module):
+    """DecoderNet through upstream's own segment() (5-D, object dimension kept): the reference
+    DecoderNet is tested against."""
 
     def __init__(self, net):
         super().__init__()

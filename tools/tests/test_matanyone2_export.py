@@ -74,6 +74,25 @@ def test_onnx_matches_pytorch_submodules(m2_models, m2_built):
         assert err < export.VERIFY_TOL, (name, err)
 
 
+@pytest.mark.parametrize('height,width', [(288, 512), (96, 160)])
+def test_decoder_matches_upstream_segment(m2_built, height, width):
+    """The exported decoder (4-D, object dimension dropped) computes what upstream's segment()
+    computes, alpha and sensory update, bit for bit up to float reassociation."""
+    import torch
+    args = network.example_inputs('decoder', height, width, seed=2)
+    with torch.no_grad():
+        ours = network.DecoderNet(m2_built.net)(*args)
+        theirs = network.UpstreamDecoderNet(m2_built.net)(*args)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        assert float((a - b).abs().max()) <= 1e-5 * max(float(b.abs().max()), 1.0)
+    # and the check can fail: a different sensory input changes the result
+    args[5].add_(0.5)
+    with torch.no_grad():
+        moved = network.DecoderNet(m2_built.net)(*args)
+    assert float((moved[1] - theirs[1]).abs().max()) > 1e-3
+
+
 def test_random_init_is_deterministic_and_finite(m2_built):
     """Same seed -> same weights; BatchNorm statistics calibrated (not the 0/1 defaults)."""
     import torch
