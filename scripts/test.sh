@@ -48,6 +48,14 @@ if [ "$(cat "$M2/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
     "$PY" -m tools.matanyone2.export --out "$M2" --random-init 0 || { echo "0 passed, 1 failed"; exit 1; }
     echo "$TOOLS_SHA" > "$M2/.tools.sha256"
 fi
+# The optional int8 set (precision=int8), calibrated on the test clip's frames.
+Q8="$MATANYONE_TEST_MODELS/matanyone2-int8"
+if [ "$(cat "$Q8/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
+    say "quantizing it to int8 (static calibration on test-sample2 frames)"
+    "$PY" -m tools.matanyone2.quantize --src "$M2" --out "$Q8" --calib-frames 8 --check-frames 4 \
+        || { echo "0 passed, 1 failed"; exit 1; }
+    echo "$TOOLS_SHA" > "$Q8/.tools.sha256"
+fi
 if [ ! -s "$REF" ]; then
     say "running the upstream PyTorch reference (30 frames)"
     "$PY" -m tools.matanyone2.reference --random-init 0 --frames-bgra "$FRAMES" --width 512 --height 288 \

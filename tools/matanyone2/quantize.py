@@ -1,0 +1,263 @@
+"""Int8 (QDQ) MatAnyone2 model set with static calibration on real frames (optional, CPU).
+
+    python -m tools.matanyone2.quantize --src MODELS/matanyone2 [--out MODELS/matanyone2-int8] \
+        [--clip VIDEO] [--mask PNG] [--size 512x288] [--calib-frames 12] [--check-frames 12]
+
+Calibration records what each model actually receives: the fp32 set runs through glue.py (the
+reference glue) on the first --calib-frames frames of a real clip, seeded from --mask (or, with no
+mask, from the selfie segmenter's first-frame matte), and every model call's inputs are kept.
+ONNX Runtime's static quantizer then inserts QuantizeLinear/DequantizeLinear pairs around the
+convolutions (weights int8 per output channel, activations uint8 per tensor, min/max ranges).
+The small models (uncert, memframe) and the attention inside readout stay fp32: they cost little and
+carry the memory state.
+
+The result is a complete model set (manifest, same file names), by default `matanyone2-int8/` beside
+the fp32 set, which the element runs with `precision=int8`. Its deviation from fp32 is measured on the next --check-frames frames (not used for
+calibration) and written to the manifest as `int8.deviation`; fp32 stays the default.
+
+Why reduce_range: this CPU class (AVX2 without VNNI) multiplies u8 x s8 pairs with 16-bit
+saturation; 7-bit weights avoid that overflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import glue, media
+from .network import sha256_file
+
+QUANTIZED = ('encoder', 'readout', 'maskencoder')
+SAMPLES_PER_MODEL = 12  # calls kept per model (spread over the calibration frames)
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get('MATANYONE_SHARED', ROOT.parent / 'shared'))
+DEMO_CLIP = Path('/usr/share/doc/opencv-doc/examples/data/Megamind.avi')
+SEGMENTER = Path(os.environ.get('XDG_DATA_HOME', Path.home() / '.local' / 'share')) / \
+    'gst-matanyone' / 'models' / 'segmenter'
+
+
+class QuantizeError(RuntimeError):
+    pass
+
+
+class RecordingModels(glue.Models):
+    """glue.Models that keeps a copy of every call's inputs, per model."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.recorded: dict[str, list[dict[str, np.ndarray]]] = {}
+
+    def run(self, name, **inputs):
+        self.recorded.setdefault(name, []).append({k: np.array(v, copy=True) for k, v in inputs.items()})
+        return super().run(name, **inputs)
+
+
+def spread(items: list, count: int) -> list:
+    """`count` items evenly spaced over the list (all of them if there are fewer)."""
+    if len(items) <= count:
+        return list(items)
+    return [items[int(i)] for i in np.linspace(0, len(items) - 1, count).round()]
+
+
+def default_clip() -> tuple[Path, Path | None]:
+    clip, mask = SHARED / 'media' / 'test-sample2.mp4', SHARED / 'media' / 'test-sample2.png'
+    if clip.is_file() and mask.is_file():
+        return clip, mask
+    if DEMO_CLIP.is_file():
+        return DEMO_CLIP, None
+    raise QuantizeError('no calibration clip: give --clip (and --mask), or install opencv-doc '
+                        '(scripts/setup.sh does) for its Megamind.avi')
+
+
+def first_frame_mask(frame_rgb: np.ndarray) -> np.ndarray:
+    """The selfie segmenter's person matte of the first frame, thresholded (what seed=auto uses)."""
+    sys.path.insert(0, str(ROOT / 'tools'))
+    from selfie.validate import Segmenter
+    if not (SEGMENTER / 'manifest.json').is_file():
+        raise QuantizeError(f'no --mask given and no segmenter at {SEGMENTER} to make one '
+                            '(run scripts/setup.sh)')
+    prob = Segmenter(SEGMENTER).probability(frame_rgb)
+    mask = (prob > 0.5).astype(np.uint8) * 255
+    if mask.mean() < 255 * 0.005:
+        raise QuantizeError('the segmenter finds no person in the first frame; give --mask')
+    return mask
+
+
+def load_frames(clip: Path, mask_path: Path | None, width: int, height: int, count: int,
+                work: Path) -> tuple[np.ndarray, np.ndarray]:
+    raw = media.decode_video_bgra(clip, work / 'frames.bgra', width, height)
+    available = raw.stat().st_size // (width * height * 4)
+    if available < count:
+        raise QuantizeError(f'{clip}: {available} frames, {count} needed')
+    frames = media.read_bgra_frames(raw, width, height, count)
+    if mask_path is not None:
+        mask = media.resize_mask_nearest(media.read_mask(mask_path), width, height)
+    else:
+        mask = first_frame_mask(frames[0])
+    return frames, mask
+
+
+def calibrate(src: Path, frames: np.ndarray, mask: np.ndarray) -> dict[str, list[dict]]:
+    g = glue.MatAnyone2Glue(src)
+    g.models = RecordingModels(src)
+    g.run(frames, mask)
+    return {name: spread(calls, SAMPLES_PER_MODEL) for name, calls in g.models.recorded.items()}
+
+
+class _Reader:
+    """onnxruntime.quantization CalibrationDataReader over recorded feeds."""
+
+    def __init__(self, feeds: list[dict]):
+        self.feeds = iter(feeds)
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+    def rewind(self):  # not needed for one MinMax pass
+        pass
+
+
+def precision_critical_convs(path: Path) -> list[str]:
+    """Convolutions left in fp32: those reading a tensor the model also returns (on the encoder:
+    the stem on the image, the first convolutions of stages 2 and 3 on f4 and f8, the pix_feat and
+    key heads on f16) and the convolutions fed by those heads. The key, shrinkage and selection
+    feed the memory affinity, whose top-k softmax magnifies small errors. They cost ~1.5 of the
+    encoder's 10 GMAC; measured on test-sample2, leaving them fp32 cuts the alpha error by a quarter."""
+    import onnx
+    model = onnx.load(str(path), load_external_data=False)
+    returned = {o.name for o in model.graph.output}
+    keep: list[str] = []
+    fp32_tensors: set[str] = set()
+    for node in model.graph.node:
+        if node.op_type == 'Conv' and (node.input[0] in returned or node.input[0] in fp32_tensors):
+            keep.append(node.name)
+            fp32_tensors.update(node.output)
+    return keep
+
+
+def quantize_model(src: Path, dst: Path, feeds: list[dict]) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    quantize_static(
+        str(src), str(dst), _Reader(feeds),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=['Conv'],
+        nodes_to_exclude=precision_critical_convs(src),
+        per_channel=True,
+        reduce_range=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax)
+
+
+def deviation(fp32: Path, int8: Path, frames: np.ndarray, mask: np.ndarray) -> dict:
+    """Alpha of the int8 set against fp32 on the same frames (both seeded from the same mask)."""
+    a = glue.MatAnyone2Glue(fp32).run(frames, mask)
+    b = glue.MatAnyone2Glue(int8).run(frames, mask)
+    d = np.abs(a - b)
+    inter = np.logical_and(a > 0.5, b > 0.5).sum()
+    union = np.logical_or(a > 0.5, b > 0.5).sum()
+    return {'frames': int(len(frames)), 'mean_abs': float(d.mean()),
+            'p99_abs': float(np.quantile(d, 0.99)), 'max_abs': float(d.max()),
+            'iou_at_0.5': float(inter / union) if union else 1.0}
+
+
+def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | None = None,
+                 size=(512, 288), calib_frames: int = 12, check_frames: int = 12,
+                 models=QUANTIZED, log=print) -> dict:
+    manifest = json.loads((src / 'manifest.json').read_text())
+    if manifest.get('engine') != 'matanyone2' or manifest.get('format') != 1:
+        raise QuantizeError(f'{src}: not a MatAnyone2 model set')
+    if 'int8' in manifest:
+        raise QuantizeError(f'{src}: already an int8 set')
+    unknown = set(models) - set(manifest['models'])
+    if unknown:
+        raise QuantizeError(f'unknown model(s) {sorted(unknown)}; the set has {sorted(manifest["models"])}')
+    if out.resolve() == src.resolve():
+        raise QuantizeError('--out must differ from --src')
+    if clip is None:
+        clip, default_mask = default_clip()
+        mask = mask or default_mask
+    width, height = size
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix='m2-quant-') as tmp:
+        tmp = Path(tmp)
+        frames, seed = load_frames(clip, mask, width, height, calib_frames + check_frames, tmp)
+        log(f'calibrating on {calib_frames} frames of {clip.name} at {width}x{height}')
+        feeds = calibrate(src, frames[:calib_frames], seed)
+        staged = tmp / 'set'
+        staged.mkdir()
+        for name, info in manifest['models'].items():
+            if name in models:
+                t0 = time.perf_counter()
+                quantize_model(src / info['file'], staged / info['file'], feeds[name])
+                log(f'quantized {name} ({len(feeds[name])} calibration calls) in '
+                    f'{time.perf_counter() - t0:.0f} s')
+            else:
+                shutil.copyfile(src / info['file'], staged / info['file'])
+            info['sha256'] = sha256_file(staged / info['file'])
+        manifest['int8'] = {
+            'format': 'QDQ', 'quantized': [m for m in manifest['models'] if m in models], 'ops': ['Conv'],
+            'weights': 'int8 per channel (reduce_range)', 'activations': 'uint8 per tensor, MinMax',
+            'calibration': {'clip': clip.name, 'frames': calib_frames, 'size': [width, height],
+                            'mask': mask.name if mask else 'selfie segmenter, first frame'},
+            'fp32_source': manifest.get('weights'),
+        }
+        (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
+        # the check uses the next frames, seeded from the fp32 matte of the last calibration frame
+        check = frames[calib_frames:]
+        seed_check = (glue.MatAnyone2Glue(src).run(frames[:calib_frames], seed)[-1] > 0.5)
+        dev = deviation(src, staged, check, seed_check.astype(np.uint8) * 255)
+        manifest['int8']['deviation'] = dev
+        (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
+        log(f'deviation from fp32 on {dev["frames"]} held-out frames: mean |Δα| {dev["mean_abs"]:.4f}, '
+            f'p99 {dev["p99_abs"]:.4f}, max {dev["max_abs"]:.4f}, IoU@0.5 {dev["iou_at_0.5"]:.4f}')
+        if out.exists():
+            shutil.rmtree(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staged, out)
+    log(f'wrote {out} ({time.perf_counter() - started:.0f} s in all)')
+    return manifest
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault('ORT_DISABLE_TELEMETRY', '1')
+    # onnxruntime.quantization logs advice (pre-processing, per-node notes) on the root logger
+    logging.basicConfig(level=logging.ERROR)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--src', type=Path, required=True, help='fp32 set (folder with manifest.json)')
+    p.add_argument('--out', type=Path, help='folder for the int8 set (default: matanyone2-int8 beside --src)')
+    p.add_argument('--clip', type=Path, help='calibration video (default: test-sample2 or Megamind)')
+    p.add_argument('--mask', type=Path, help="first-frame mask (default: the clip's, or the segmenter's)")
+    p.add_argument('--size', default='512x288', help='calibration working size WxH (multiples of 16)')
+    p.add_argument('--calib-frames', type=int, default=12)
+    p.add_argument('--check-frames', type=int, default=12)
+    p.add_argument('--models', default=','.join(QUANTIZED),
+                   help='models to quantize, comma-separated (the rest stay fp32)')
+    a = p.parse_args(argv)
+    try:
+        width, height = (int(v) for v in a.size.lower().split('x'))
+    except ValueError:
+        p.error(f'--size {a.size!r}: expected WxH, e.g. 512x288')
+    if a.calib_frames < 2 or a.check_frames < 1:
+        p.error('--calib-frames must be >= 2 and --check-frames >= 1')
+    out = a.out or a.src.resolve().parent / 'matanyone2-int8'
+    try:
+        quantize_set(a.src, out, a.clip, a.mask, (width, height), a.calib_frames, a.check_frames,
+                     [m for m in a.models.split(',') if m])
+    except (QuantizeError, FileNotFoundError) as e:
+        print(f'quantize: {e}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
