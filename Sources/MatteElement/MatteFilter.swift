@@ -23,6 +23,7 @@ final class MatteFilter {
     private var framesSubmitted: UInt = 0
     private var framesProcessed: UInt = 0
     private var activeEngineName = ""
+    private var activePrecision = ModelPrecision.fp32
 
     // Created in setInfo() for the negotiated caps.
     private var output = NegotiatedOutput.alpha
@@ -89,14 +90,22 @@ final class MatteFilter {
         var options = EngineOptions(modelDir: settings.modelDir, runtimeLibrary: settings.runtimeLibrary)
         options.session.threads = Int(settings.threads)
         options.session.provider = ExecutionProvider(rawValue: settings.executionProvider.nick) ?? .auto
+        options.precision = ModelPrecision(rawValue: settings.precision.nick) ?? .fp32
         let useMatAnyone2: Bool
         switch settings.engine {
         case .segmenter: useMatAnyone2 = false
         case .matanyone2: useMatAnyone2 = true
-        case .auto: useMatAnyone2 = ModelLocations.hasModelSet(modelDir: settings.modelDir, engine: EngineKind.matanyone2.rawValue)
+        case .auto:
+            // Either set counts: with precision=int8 and only the fp32 set, the user gets the error
+            // that says how to make the int8 set rather than a silent switch to the segmenter.
+            useMatAnyone2 = Set([options.precision, .fp32]).contains { precision in
+                let directory = ModelLocations.matAnyone2Dir(modelDir: settings.modelDir, precision: precision)
+                return FileManager.default.fileExists(atPath: directory + "/manifest.json")
+            }
         }
         guard useMatAnyone2 else {
             activeEngineName = EngineKind.segmenter.rawValue
+            activePrecision = .fp32
             return try SegmenterEngine(options: options)
         }
         var parameters = MatAnyone2Parameters()
@@ -105,6 +114,7 @@ final class MatteFilter {
         parameters.topK = Int(settings.topK)
         parameters.warmup = Int(settings.warmup)
         activeEngineName = EngineKind.matanyone2.rawValue
+        activePrecision = options.precision
         return try MatAnyone2Engine(options: options, parameters: parameters,
                                     workingShortSide: Int(settings.workingSize), seed: try seedSource(settings, maskPath: nil))
     }
@@ -294,6 +304,7 @@ final class MatteFilter {
         shim_structure_set_uint64(stats, "frame", framesProcessed)
         shim_structure_set_uint64(stats, "pts", pts)
         shim_structure_set_string(stats, "engine", activeEngineName)
+        shim_structure_set_string(stats, "precision", activePrecision.rawValue)
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
         shim_structure_set_double(stats, "inference-ms", report.inferenceMs)
         shim_structure_set_double(stats, "postprocess-ms", report.postprocessMs)

@@ -73,6 +73,18 @@ enum SeedMode: Int32, PropertyEnum {
     }
 }
 
+enum PrecisionChoice: Int32, PropertyEnum {
+    case fp32 = 0, int8
+    static let typeName = "GstMatAnyonePrecision"
+    var nick: String { ["fp32", "int8"][Int(rawValue)] }
+    var blurb: String {
+        switch self {
+        case .fp32: return "The exported float32 MatAnyone2 set (matanyone2/)"
+        case .int8: return "The int8 QDQ set made by tools/matanyone2/quantize.py (matanyone2-int8/): faster on CPUs, less exact"
+        }
+    }
+}
+
 /// Everything a user can set. Guarded by `MatteFilter.settingsLock`; the streaming thread works on a
 /// snapshot taken at the start of each operation.
 struct Settings: Equatable {
@@ -94,12 +106,13 @@ struct Settings: Equatable {
     var topK: UInt32 = 30
     var warmup: UInt32 = 10
     var workingSize: UInt32 = 288
+    var precision = PrecisionChoice.fp32
 }
 
 /// Property ids (GObject reserves 0).
 enum PropertyID: UInt32, CaseIterable {
     case output = 1, background, backgroundColor, modelDir, engine, statsInterval, runtimeLibrary, threads,
-         executionProvider, seed, seedMask, memEvery, maxMemFrames, topK, warmup, workingSize
+         executionProvider, seed, seedMask, memEvery, maxMemFrames, topK, warmup, workingSize, precision
 }
 
 /// How a property is declared: kind, default, range and when it may change.
@@ -195,6 +208,11 @@ struct PropertyDeclaration {
                 blurb: "MatAnyone2: short side of the size the model runs at, keeping the frame's aspect, "
                     + "multiples of 16 (0 = the frame's own size)",
                 kind: .uint(minimum: 0, maximum: 4096, defaultValue: defaults.workingSize), mutability: .ready),
+            PropertyDeclaration(
+                id: .precision, name: "precision", nick: "Precision",
+                blurb: "MatAnyone2: which model set to run; int8 must be made first (see the README)",
+                kind: .enumeration(typeName: PrecisionChoice.typeName, defaultValue: defaults.precision.rawValue),
+                mutability: .ready),
         ]
     }()
 }
@@ -225,6 +243,7 @@ extension Settings {
         case .topK: return .uint(topK)
         case .warmup: return .uint(warmup)
         case .workingSize: return .uint(workingSize)
+        case .precision: return .enumeration(precision.rawValue)
         }
     }
 
@@ -246,6 +265,7 @@ extension Settings {
         case let (.topK, .uint(count)): topK = count
         case let (.warmup, .uint(passes)): warmup = passes
         case let (.workingSize, .uint(size)): workingSize = size
+        case let (.precision, .enumeration(raw)): precision = PrecisionChoice(rawValue: raw) ?? .fp32
         default: break
         }
     }

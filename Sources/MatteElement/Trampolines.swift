@@ -97,6 +97,7 @@ private let enumTypes: [String: GType] = [
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ProviderChoice.typeName: registerEnum(ProviderChoice.self),
     SeedMode.typeName: registerEnum(SeedMode.self),
+    PrecisionChoice.typeName: registerEnum(PrecisionChoice.self),
 ]
 
 private let sinkCapsString =

@@ -38,8 +38,19 @@ public final class MatAnyone2Engine: MattingEngine {
         guard workingShortSide == 0 || workingShortSide >= 16 else {
             throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
         }
-        directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.matanyone2.rawValue)
+        directory = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: options.precision)
+        if options.precision == .int8, !FileManager.default.fileExists(atPath: directory + "/manifest.json") {
+            let fp32 = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .fp32)
+            throw EngineError.modelMissing(
+                path: directory, hint: "precision=int8 needs the int8 set made from the fp32 one: "
+                    + ".venv/bin/python -m tools.matanyone2.quantize --src \(fp32) --out \(directory) "
+                    + "(from the gst-matanyone checkout), or precision=fp32.")
+        }
         manifest = try ModelManifest.load(directory: directory)
+        guard manifest.precision == options.precision else {
+            throw EngineError.modelInvalid(path: directory + "/manifest.json",
+                                           detail: "this is a \(manifest.precision.rawValue) set, precision=\(options.precision.rawValue) was asked for")
+        }
         try manifest.validate(directory: directory, engine: EngineKind.matanyone2.rawValue, required: MatAnyone2Core.modelNames)
         guard manifest.dynamicSize != false else {
             throw EngineError.modelInvalid(path: directory + "/manifest.json",

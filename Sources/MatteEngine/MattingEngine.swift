@@ -13,11 +13,14 @@ public struct EngineOptions: Equatable, Sendable {
     public var modelDir: String
     public var runtimeLibrary: String
     public var session: SessionConfig
+    /// Which MatAnyone2 set to load (the segmenter is fp32 only).
+    public var precision: ModelPrecision
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
-                session: SessionConfig = SessionConfig()) {
+                session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32) {
         self.modelDir = modelDir
         self.runtimeLibrary = runtimeLibrary
         self.session = session
+        self.precision = precision
     }
 }
 

@@ -26,6 +26,23 @@ public enum ModelLocations {
     public static func hasModelSet(modelDir: String, engine: String) -> Bool {
         FileManager.default.fileExists(atPath: engineDir(modelDir: modelDir, engine: engine) + "/manifest.json")
     }
+
+    /// The MatAnyone2 set of a precision: `matanyone2/` (fp32) or `matanyone2-int8/`, the set
+    /// tools/matanyone2/quantize.py makes beside it. A `modelDir` that is itself a set of that
+    /// precision is accepted too.
+    public static func matAnyone2Dir(modelDir: String, precision: ModelPrecision) -> String {
+        let engine = EngineKind.matanyone2.rawValue
+        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine,
+           manifest.precision == precision {
+            return modelDir
+        }
+        return modelDir + "/" + (precision == .fp32 ? engine : engine + "-" + precision.rawValue)
+    }
+}
+
+/// Numeric precision of a model set: fp32 as exported, or int8 (QDQ, statically calibrated).
+public enum ModelPrecision: String, CaseIterable, Sendable {
+    case fp32, int8
 }
 
 /// `manifest.json` beside each model set: which engine it serves, its licence and each model file with
@@ -92,9 +109,11 @@ public struct ModelManifest: Decodable {
     public let config: [String: Double]?
     public let dynamicSize: Bool?
     public let sizeMultiple: Int?
+    /// int8 when the quantizer wrote the set (its manifest has an `int8` section), else fp32.
+    public let precision: ModelPrecision
 
     enum CodingKeys: String, CodingKey {
-        case format, engine, license, models, config
+        case format, engine, license, models, config, int8
         case dynamicSize = "dynamic_size"
         case sizeMultiple = "size_multiple"
     }
@@ -110,6 +129,7 @@ public struct ModelManifest: Decodable {
             .flatMap { $0.compactMapValues(\.value) }
         dynamicSize = try container.decodeIfPresent(Bool.self, forKey: .dynamicSize)
         sizeMultiple = try container.decodeIfPresent(Int.self, forKey: .sizeMultiple)
+        precision = container.contains(.int8) ? .int8 : .fp32
     }
 
     private struct LenientNumber: Decodable {

@@ -70,6 +70,26 @@ import MatteElement
         #expect(run.elementMessages.first { $0["name"] == "matanyone-stats" }?["engine"] == "matanyone2")
     }
 
+    @Test func int8PrecisionRunsTheQuantizedSet() throws {
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) precision=int8 warmup=0 stats-interval=1 ! fakesink")
+        #expect(run.error == nil)
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["precision"] == "int8" && $0["engine"] == "matanyone2" })
+    }
+
+    @Test func missingInt8SetIsNotFoundWithTheCommandThatMakesIt() throws {
+        let directory = TestEnvironment.scratch("fp32-only")
+        try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2",
+                                                   withDestinationPath: TestEnvironment.modelDir + "/matanyone2")
+        try FileManager.default.createSymbolicLink(atPath: directory + "/segmenter",
+                                                   withDestinationPath: TestEnvironment.modelDir + "/segmenter")
+        let run = runPipeline("\(realFrames) ! matanyone model-dir=\"\(directory)\" precision=int8 ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-resource-error-quark")
+        #expect(error.code == Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
+        #expect(error.message.contains("matanyone2-int8") && error.message.contains("tools.matanyone2.quantize"))
+    }
+
     /// The latency answer is one frame's cost: the one-off seeding (11 passes) is not latency.
     @Test func latencyLeavesSeedingOut() throws {
         var answered: GstClockTime = 0

@@ -64,6 +64,75 @@ import Testing
         #expect(first.contains { $0 > 0.6 } && first.contains { $0 < 0.4 })
     }
 
+    /// The int8 set scripts/test.sh makes with tools/matanyone2/quantize.py: it loads, really is a
+    /// different (quantized) set, and stays near fp32 on the same frames.
+    @Test func int8SetStaysNearFp32() throws {
+        let frameSize = Self.width * Self.height
+        let frames = try TestData.frames("test-sample2-512x288.bgra", width: Self.width, height: Self.height)
+        let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestData.dataDir + "/test-sample2-mask-512x288.gray")))
+        func run(_ precision: ModelPrecision) throws -> [[Float]] {
+            let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestData.modelDir, precision: precision),
+                                              seed: .mask(pixels: mask, width: Self.width, height: Self.height))
+            var plane = [UInt8](repeating: 0, count: frameSize)
+            var report = FrameReport(modelCount: engine.modelNames.count)
+            var alphas: [[Float]] = []
+            for frame in frames.prefix(8) {
+                try frame.withUnsafeBufferPointer { pixels in
+                    try plane.withUnsafeMutableBufferPointer { out in
+                        try engine.matte(BGRAImage(base: pixels.baseAddress!, width: Self.width, height: Self.height, stride: Self.width * 4),
+                                         into: GrayImage(base: out.baseAddress!, width: Self.width, height: Self.height, stride: Self.width),
+                                         report: &report)
+                    }
+                }
+                alphas.append(try #require(engine.workingAlpha()).alpha)
+            }
+            return alphas
+        }
+        let int8Dir = ModelLocations.matAnyone2Dir(modelDir: TestData.modelDir, precision: .int8)
+        #expect(try ModelManifest.load(directory: int8Dir).precision == .int8)
+        let exact = try run(.fp32), quantized = try run(.int8)
+        var worstMean = 0.0, maximum = 0.0, worstIoU = 1.0
+        for (a, b) in zip(exact, quantized) {
+            var total = 0.0, both = 0, either = 0
+            for pixel in 0..<frameSize {
+                let difference = Double(abs(a[pixel] - b[pixel]))
+                total += difference
+                maximum = max(maximum, difference)
+                let inA = a[pixel] > 0.5, inB = b[pixel] > 0.5
+                both += inA && inB ? 1 : 0
+                either += inA || inB ? 1 : 0
+            }
+            worstMean = max(worstMean, total / Double(frameSize))
+            worstIoU = min(worstIoU, either == 0 ? 1 : Double(both) / Double(either))
+        }
+        print("MatAnyone2 int8 vs fp32 over \(exact.count) frames: worst mean |Δ| \(worstMean), max |Δ| \(maximum), worst IoU \(worstIoU)")
+        #expect(maximum > 1e-3, "int8 output identical to fp32: the int8 set was not loaded")
+        #expect(worstMean < 0.1)
+        #expect(worstIoU > 0.8)
+    }
+
+    @Test func missingInt8SetSaysHowToMakeIt() throws {
+        let directory = TestData.scratch("no-int8")
+        let fp32 = ModelLocations.matAnyone2Dir(modelDir: TestData.modelDir, precision: .fp32)
+        try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2", withDestinationPath: fp32)
+        #expect {
+            try MatAnyone2Engine(options: EngineOptions(modelDir: directory, precision: .int8),
+                                 seed: .mask(pixels: [255], width: 1, height: 1))
+        } throws: { error in
+            guard case let .modelMissing(path, hint) = error as? EngineError else { return false }
+            return path.hasSuffix("matanyone2-int8") && hint.contains("tools.matanyone2.quantize")
+        }
+        // An fp32 set named where the int8 one belongs is refused, not run as int8.
+        try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2-int8", withDestinationPath: fp32)
+        #expect {
+            try MatAnyone2Engine(options: EngineOptions(modelDir: directory, precision: .int8),
+                                 seed: .mask(pixels: [255], width: 1, height: 1))
+        } throws: { error in
+            guard case let .modelInvalid(_, detail) = error as? EngineError else { return false }
+            return detail.contains("fp32 set")
+        }
+    }
+
     @Test func workingSizeKeepsAspectWithShortSide288() {
         #expect(MatAnyone2Engine.workingSize(width: 1920, height: 1080, shortSide: 288) == (512, 288))
         #expect(MatAnyone2Engine.workingSize(width: 1080, height: 1920, shortSide: 288) == (288, 512))
