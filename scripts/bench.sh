@@ -18,4 +18,11 @@ if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [[ " $* " != *" --model-dir "*
     ln -sfn "$MODELS/segmenter" "$TEST_MODELS/segmenter"
     EXTRA=(--model-dir "$TEST_MODELS")
 fi
+# --precision int8 needs the int8 set beside the fp32 one: make it once (about a minute).
+SET_DIR="$MODELS"; [ ${#EXTRA[@]} -gt 0 ] && SET_DIR="$TEST_MODELS"
+if [[ " $* " == *" --precision int8 "* ]] && [[ " $* " != *" --model-dir "* ]] \
+        && [ ! -f "$SET_DIR/matanyone2-int8/manifest.json" ]; then
+    echo "[bench] making the int8 set (tools/matanyone2/quantize.py)"
+    .venv/bin/python -m tools.matanyone2.quantize --src "$SET_DIR/matanyone2"
+fi
 exec .venv/bin/python -m tools.bench "${EXTRA[@]}" "$@"
