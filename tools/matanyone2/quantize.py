@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,7 +95,13 @@ def first_frame_mask(frame_rgb: np.ndarray) -> np.ndarray:
 
 def load_frames(clip: Path, mask_path: Path | None, width: int, height: int, count: int,
                 work: Path) -> tuple[np.ndarray, np.ndarray]:
-    raw = media.decode_video_bgra(clip, work / 'frames.bgra', width, height)
+    raw = work / 'frames.bgra'
+    # decode only what is needed: `identity eos-after=N` lets N-1 buffers through
+    subprocess.run(['gst-launch-1.0', '-q', 'filesrc', f'location={clip}', '!', 'decodebin', '!',
+                    'videoconvert', '!', 'videoscale', '!',
+                    f'video/x-raw,format=BGRA,width={width},height={height}', '!',
+                    'identity', f'eos-after={count + 1}', '!', 'filesink', f'location={raw}'],
+                   check=True, timeout=600, stdout=subprocess.DEVNULL)
     available = raw.stat().st_size // (width * height * 4)
     if available < count:
         raise QuantizeError(f'{clip}: {available} frames, {count} needed')
@@ -186,6 +193,9 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
     if clip is None:
         clip, default_mask = default_clip()
         mask = mask or default_mask
+    for path, what in ((clip, 'calibration clip'), (mask, 'mask')):
+        if path is not None and not Path(path).is_file():
+            raise QuantizeError(f'{path}: no such file (the {what})')
     width, height = size
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix='m2-quant-') as tmp:
@@ -253,7 +263,7 @@ def main(argv=None) -> int:
     try:
         quantize_set(a.src, out, a.clip, a.mask, (width, height), a.calib_frames, a.check_frames,
                      [m for m in a.models.split(',') if m])
-    except (QuantizeError, FileNotFoundError) as e:
+    except (QuantizeError, FileNotFoundError, subprocess.CalledProcessError) as e:
         print(f'quantize: {e}', file=sys.stderr)
         return 1
     return 0

@@ -85,6 +85,8 @@ def test_refuses_bad_requests(int8_set, m2_models, tmp_path):
         quantize.quantize_set(int8_set, tmp_path / 'x')
     with pytest.raises(quantize.QuantizeError, match='--out must differ'):
         quantize.quantize_set(m2_models, m2_models)
+    with pytest.raises(quantize.QuantizeError, match='no such file'):
+        quantize.quantize_set(m2_models, tmp_path / 'w', clip=tmp_path / 'none.mp4')
     with pytest.raises(quantize.QuantizeError, match='unknown model'):
         quantize.quantize_set(m2_models, tmp_path / 'y', models=['nope'])
     (tmp_path / 'seg').mkdir()
