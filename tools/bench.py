@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.matanyone2.media import alpha_deviation, decode_video_bgra
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
 GMAC_512x288 = 35.1  # MatAnyone2 per frame at 512×288 (encoder 10.1, readout 4.2, decoder 13.1, mask encoder 7.7, rest)
@@ -91,13 +93,6 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
-def decode(clip: Path, width: int, height: int, count: int, out: Path) -> None:
-    pipeline = (f"filesrc location={clip} ! decodebin ! videoconvert ! videoscale "
-                f"! video/x-raw,format=BGRA,width={width},height={height} ! identity eos-after={count + 1} "
-                f"! filesink location={out}")
-    subprocess.run(["gst-launch-1.0", "-q"] + pipeline.split(), check=True)
-
-
 def run_element(args, width: int, height: int, count: int, mask: Path, precision: str,
                 alpha_out: Path) -> tuple[list[dict], float, int]:
     element = (f"matanyone engine={args.engine} working-size={min(width, height)} threads={args.threads} "
@@ -144,11 +139,7 @@ def deviation(test: Path, reference: Path, width: int, height: int, skip: int) -
         sys.exit("bench: the alpha outputs are too short to compare")
     a = a[skip * size:frames * size].astype(np.float32) / 255
     b = b[skip * size:frames * size].astype(np.float32) / 255
-    d = np.abs(a - b)
-    union = np.logical_or(a > 0.5, b > 0.5).sum()
-    return {"frames": frames - skip, "mean_abs": float(d.mean()), "p99_abs": float(np.quantile(d, 0.99)),
-            "max_abs": float(d.max()),
-            "iou_at_0.5": float(np.logical_and(a > 0.5, b > 0.5).sum() / union) if union else 1.0}
+    return {"frames": frames - skip, **alpha_deviation(a, b)}
 
 
 def main(argv=None) -> int:
@@ -217,7 +208,7 @@ def main(argv=None) -> int:
     if not args.no_upstream and args.engine == "matanyone2":
         print(f"running upstream PyTorch InferenceCore on the same {count} frames …", flush=True)
         frames_file = work / f"frames-{width}x{height}.bgra"
-        decode(args.clip, width, height, count, frames_file)
+        decode_video_bgra(args.clip, frames_file, width, height, count=count)
         per_frame = run_upstream(frames_file, width, height, count, mask, args.threads)
         upstream = summary([s * 1000 for s in per_frame[args.skip:]])
 

@@ -259,8 +259,9 @@ class WorkingMemory:
 class MatAnyone2Glue:
     def __init__(self, model_dir: str | Path, *, warmup: int | None = None,
                  seed_dilate: int | None = None, seed_erode: int | None = None,
-                 intra_op_threads: int = 0):
-        self.models = Models(model_dir, intra_op_threads)
+                 intra_op_threads: int = 0, models: Models | None = None):
+        # `models`: sessions of model_dir made by the caller (e.g. a subclass that records calls)
+        self.models = models if models is not None else Models(model_dir, intra_op_threads)
         cfg = self.models.manifest['config']
         self.top_k = int(cfg['top_k'])                    # 30
         self.mem_every = int(cfg['mem_every'])            # 5

@@ -54,12 +54,25 @@ def resize_mask_nearest(mask: np.ndarray, width: int, height: int) -> np.ndarray
 
 
 def decode_video_bgra(video: str | Path, out: str | Path, width: int, height: int,
-                      timeout: float = 300) -> Path:
-    """Decode a video to a raw BGRA file at width x height with gst-launch-1.0 (see module doc)."""
+                      count: int | None = None, timeout: float = 300) -> Path:
+    """Decode a video (its first `count` frames, else all) to a raw BGRA file at width x height with
+    gst-launch-1.0 (see module doc)."""
     out = Path(out)
+    # `identity eos-after=N` lets N-1 buffers through
+    limit = ['identity', f'eos-after={count + 1}', '!'] if count is not None else []
     cmd = ['gst-launch-1.0', '-q', 'filesrc', f'location={video}', '!', 'decodebin', '!',
            'videoconvert', '!', 'videoscale', '!',
            f'video/x-raw,format=BGRA,width={width},height={height}', '!',
-           'filesink', f'location={out}']
+           *limit, 'filesink', f'location={out}']
     subprocess.run(cmd, check=True, timeout=timeout, stdout=subprocess.DEVNULL)
     return out
+
+
+def alpha_deviation(test: np.ndarray, reference: np.ndarray) -> dict:
+    """How far one run's alphas (in [0, 1], any shape) are from another's: mean, p99 and max |Δα|,
+    and the IoU of the two mattes thresholded at 0.5."""
+    d = np.abs(test.astype(np.float32) - reference.astype(np.float32))
+    union = np.logical_or(test > 0.5, reference > 0.5).sum()
+    inter = np.logical_and(test > 0.5, reference > 0.5).sum()
+    return {'mean_abs': float(d.mean()), 'p99_abs': float(np.quantile(d, 0.99)), 'max_abs': float(d.max()),
+            'iou_at_0.5': float(inter / union) if union else 1.0}

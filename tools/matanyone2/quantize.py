@@ -81,8 +81,7 @@ def default_clip() -> tuple[Path, Path | None]:
 
 def first_frame_mask(frame_rgb: np.ndarray) -> np.ndarray:
     """The selfie segmenter's person matte of the first frame, thresholded (what seed=auto uses)."""
-    sys.path.insert(0, str(ROOT / 'tools'))
-    from selfie.validate import Segmenter
+    from tools.selfie.validate import Segmenter
     if not (SEGMENTER / 'manifest.json').is_file():
         raise QuantizeError(f'no --mask given and no segmenter at {SEGMENTER} to make one '
                             '(run scripts/setup.sh)')
@@ -95,13 +94,7 @@ def first_frame_mask(frame_rgb: np.ndarray) -> np.ndarray:
 
 def load_frames(clip: Path, mask_path: Path | None, width: int, height: int, count: int,
                 work: Path) -> tuple[np.ndarray, np.ndarray]:
-    raw = work / 'frames.bgra'
-    # decode only what is needed: `identity eos-after=N` lets N-1 buffers through
-    subprocess.run(['gst-launch-1.0', '-q', 'filesrc', f'location={clip}', '!', 'decodebin', '!',
-                    'videoconvert', '!', 'videoscale', '!',
-                    f'video/x-raw,format=BGRA,width={width},height={height}', '!',
-                    'identity', f'eos-after={count + 1}', '!', 'filesink', f'location={raw}'],
-                   check=True, timeout=600, stdout=subprocess.DEVNULL)
+    raw = media.decode_video_bgra(clip, work / 'frames.bgra', width, height, count=count, timeout=600)
     available = raw.stat().st_size // (width * height * 4)
     if available < count:
         raise QuantizeError(f'{clip}: {available} frames, {count} needed')
@@ -113,11 +106,12 @@ def load_frames(clip: Path, mask_path: Path | None, width: int, height: int, cou
     return frames, mask
 
 
-def calibrate(src: Path, frames: np.ndarray, mask: np.ndarray) -> dict[str, list[dict]]:
-    g = glue.MatAnyone2Glue(src)
-    g.models = RecordingModels(src)
-    g.run(frames, mask)
-    return {name: spread(calls, SAMPLES_PER_MODEL) for name, calls in g.models.recorded.items()}
+def calibrate(src: Path, frames: np.ndarray, mask: np.ndarray) -> tuple[dict[str, list[dict]], np.ndarray]:
+    """Each model's recorded inputs (spread over the run) and the fp32 alphas of the frames."""
+    models = RecordingModels(src)
+    alphas = glue.MatAnyone2Glue(src, models=models).run(frames, mask)
+    feeds = {name: spread(calls, SAMPLES_PER_MODEL) for name, calls in models.recorded.items()}
+    return feeds, alphas
 
 
 class _Reader:
@@ -128,9 +122,6 @@ class _Reader:
 
     def get_next(self):
         return next(self.feeds, None)
-
-    def rewind(self):  # not needed for one MinMax pass
-        pass
 
 
 def precision_critical_convs(path: Path) -> list[str]:
@@ -169,12 +160,7 @@ def deviation(fp32: Path, int8: Path, frames: np.ndarray, mask: np.ndarray) -> d
     """Alpha of the int8 set against fp32 on the same frames (both seeded from the same mask)."""
     a = glue.MatAnyone2Glue(fp32).run(frames, mask)
     b = glue.MatAnyone2Glue(int8).run(frames, mask)
-    d = np.abs(a - b)
-    inter = np.logical_and(a > 0.5, b > 0.5).sum()
-    union = np.logical_or(a > 0.5, b > 0.5).sum()
-    return {'frames': int(len(frames)), 'mean_abs': float(d.mean()),
-            'p99_abs': float(np.quantile(d, 0.99)), 'max_abs': float(d.max()),
-            'iou_at_0.5': float(inter / union) if union else 1.0}
+    return {'frames': int(len(frames)), **media.alpha_deviation(b, a)}
 
 
 def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | None = None,
@@ -202,7 +188,7 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
         tmp = Path(tmp)
         frames, seed = load_frames(clip, mask, width, height, calib_frames + check_frames, tmp)
         log(f'calibrating on {calib_frames} frames of {clip.name} at {width}x{height}')
-        feeds = calibrate(src, frames[:calib_frames], seed)
+        feeds, calib_alphas = calibrate(src, frames[:calib_frames], seed)
         staged = tmp / 'set'
         staged.mkdir()
         for name, info in manifest['models'].items():
@@ -224,8 +210,8 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
         (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
         # the check uses the next frames, seeded from the fp32 matte of the last calibration frame
         check = frames[calib_frames:]
-        seed_check = (glue.MatAnyone2Glue(src).run(frames[:calib_frames], seed)[-1] > 0.5)
-        dev = deviation(src, staged, check, seed_check.astype(np.uint8) * 255)
+        seed_check = (calib_alphas[-1] > 0.5).astype(np.uint8) * 255
+        dev = deviation(src, staged, check, seed_check)
         manifest['int8']['deviation'] = dev
         (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
         log(f'deviation from fp32 on {dev["frames"]} held-out frames: mean |Δα| {dev["mean_abs"]:.4f}, '
