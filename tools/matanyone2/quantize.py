@@ -39,6 +39,8 @@ from .network import sha256_file
 
 QUANTIZED = ('encoder', 'readout', 'maskencoder')
 SAMPLES_PER_MODEL = 12  # calls kept per model (spread over the calibration frames)
+MIN_SEED_COVERAGE = 0.005  # as the element: the share of person pixels that seeds
+PERSON_SEARCH_FRAMES = 150  # without --mask, how far into the clip to look for a person
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get('MATANYONE_SHARED', ROOT.parent / 'shared'))
 DEMO_CLIP = Path('/usr/share/doc/opencv-doc/examples/data/Megamind.avi')
@@ -79,31 +81,35 @@ def default_clip() -> tuple[Path, Path | None]:
                         '(scripts/setup.sh does) for its Megamind.avi')
 
 
-def first_frame_mask(frame_rgb: np.ndarray) -> np.ndarray:
-    """The selfie segmenter's person matte of the first frame, thresholded (what seed=auto uses)."""
+def first_person(frames: np.ndarray) -> tuple[int, np.ndarray]:
+    """Index of the first frame where the selfie segmenter finds a person, and its thresholded
+    matte: what the element's seed=auto does (clips often open on black or titles)."""
     from tools.selfie.validate import Segmenter
     if not (SEGMENTER / 'manifest.json').is_file():
         raise QuantizeError(f'no --mask given and no segmenter at {SEGMENTER} to make one '
                             '(run scripts/setup.sh)')
-    prob = Segmenter(SEGMENTER).probability(frame_rgb)
-    mask = (prob > 0.5).astype(np.uint8) * 255
-    if mask.mean() < 255 * 0.005:
-        raise QuantizeError('the segmenter finds no person in the first frame; give --mask')
-    return mask
+    segmenter = Segmenter(SEGMENTER)
+    for index, frame in enumerate(frames):
+        mask = (segmenter.probability(frame) > 0.5).astype(np.uint8) * 255
+        if mask.mean() >= 255 * MIN_SEED_COVERAGE:
+            return index, mask
+    raise QuantizeError(f'the segmenter finds no person in the first {len(frames)} frames; give --mask')
 
 
 def load_frames(clip: Path, mask_path: Path | None, width: int, height: int, count: int,
                 work: Path) -> tuple[np.ndarray, np.ndarray]:
-    raw = media.decode_video_bgra(clip, work / 'frames.bgra', width, height, count=count, timeout=600)
+    """`count` frames of the clip and the mask that seeds the first of them: from the clip's start
+    with --mask, else from the first frame the segmenter finds a person in."""
+    search = 0 if mask_path is not None else PERSON_SEARCH_FRAMES
+    raw = media.decode_video_bgra(clip, work / 'frames.bgra', width, height, count=count + search, timeout=600)
     available = raw.stat().st_size // (width * height * 4)
     if available < count:
         raise QuantizeError(f'{clip}: {available} frames, {count} needed')
-    frames = media.read_bgra_frames(raw, width, height, count)
+    frames = media.read_bgra_frames(raw, width, height, available)
     if mask_path is not None:
-        mask = media.resize_mask_nearest(media.read_mask(mask_path), width, height)
-    else:
-        mask = first_frame_mask(frames[0])
-    return frames, mask
+        return frames[:count], media.resize_mask_nearest(media.read_mask(mask_path), width, height)
+    start, mask = first_person(frames[:available - count + 1])
+    return frames[start:start + count], mask
 
 
 def calibrate(src: Path, frames: np.ndarray, mask: np.ndarray) -> tuple[dict[str, list[dict]], np.ndarray]:
@@ -204,7 +210,7 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
             'format': 'QDQ', 'quantized': [m for m in manifest['models'] if m in models], 'ops': ['Conv'],
             'weights': 'int8 per channel (reduce_range)', 'activations': 'uint8 per tensor, MinMax',
             'calibration': {'clip': clip.name, 'frames': calib_frames, 'size': [width, height],
-                            'mask': mask.name if mask else 'selfie segmenter, first frame'},
+                            'mask': mask.name if mask else 'selfie segmenter, first frame with a person'},
             'fp32_source': manifest.get('weights'),
         }
         (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')

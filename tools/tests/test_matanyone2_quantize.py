@@ -95,6 +95,19 @@ def test_refuses_bad_requests(int8_set, m2_models, tmp_path):
     assert r.returncode == 1 and 'not a MatAnyone2 model set' in r.stderr
 
 
+def test_segmenter_seeding_skips_frames_without_a_person(m2_inputs):
+    """Without --mask calibration starts where the segmenter first sees a person, as seed=auto does."""
+    if not (quantize.SEGMENTER / 'manifest.json').is_file():
+        pytest.fail(f'no segmenter at {quantize.SEGMENTER}: scripts/setup.sh installs it')
+    frames = m2_inputs[0]
+    black = np.zeros_like(frames[:2])
+    index, mask = quantize.first_person(np.concatenate([black, frames[:2]]))
+    assert index == 2
+    assert mask.shape == frames.shape[1:3] and 0.005 < (mask > 0).mean() < 0.9
+    with pytest.raises(quantize.QuantizeError, match='no person in the first 2 frames'):
+        quantize.first_person(black)
+
+
 def test_spread_picks_evenly():
     assert quantize.spread(list(range(10)), 4) == [0, 3, 6, 9]
     assert quantize.spread([1, 2], 5) == [1, 2]
