@@ -98,10 +98,8 @@ final class MatteFilter {
         case .auto:
             // Either set counts: with precision=int8 and only the fp32 set, the user gets the error
             // that says how to make the int8 set rather than a silent switch to the segmenter.
-            useMatAnyone2 = Set([options.precision, .fp32]).contains { precision in
-                let directory = ModelLocations.matAnyone2Dir(modelDir: settings.modelDir, precision: precision)
-                return FileManager.default.fileExists(atPath: directory + "/manifest.json")
-            }
+            useMatAnyone2 = ModelLocations.hasMatAnyone2Set(modelDir: settings.modelDir, precision: options.precision)
+                || ModelLocations.hasMatAnyone2Set(modelDir: settings.modelDir, precision: .fp32)
         }
         guard useMatAnyone2 else {
             activeEngineName = EngineKind.segmenter.rawValue

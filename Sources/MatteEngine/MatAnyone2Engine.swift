@@ -39,7 +39,7 @@ public final class MatAnyone2Engine: MattingEngine {
             throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
         }
         directory = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: options.precision)
-        if options.precision == .int8, !FileManager.default.fileExists(atPath: directory + "/manifest.json") {
+        if options.precision == .int8, !ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .int8) {
             let fp32 = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .fp32)
             throw EngineError.modelMissing(
                 path: directory, hint: "precision=int8 needs the int8 set made from the fp32 one: "

@@ -38,6 +38,10 @@ public enum ModelLocations {
         }
         return modelDir + "/" + (precision == .fp32 ? engine : engine + "-" + precision.rawValue)
     }
+
+    public static func hasMatAnyone2Set(modelDir: String, precision: ModelPrecision) -> Bool {
+        FileManager.default.fileExists(atPath: matAnyone2Dir(modelDir: modelDir, precision: precision) + "/manifest.json")
+    }
 }
 
 /// Numeric precision of a model set: fp32 as exported, or int8 (QDQ, statically calibrated).
