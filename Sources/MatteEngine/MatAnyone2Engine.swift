@@ -49,7 +49,9 @@ public final class MatAnyone2Engine: MattingEngine {
         manifest = try ModelManifest.load(directory: directory)
         guard manifest.precision == options.precision else {
             throw EngineError.modelInvalid(path: directory + "/manifest.json",
-                                           detail: "this is a \(manifest.precision.rawValue) set, precision=\(options.precision.rawValue) was asked for")
+                                           detail: "this is the \(manifest.precision.rawValue) set but precision=\(options.precision.rawValue) "
+                                               + "was asked for: set precision=\(manifest.precision.rawValue), or point model-dir at the "
+                                               + "folder holding matanyone2/ and matanyone2-int8/")
         }
         try manifest.validate(directory: directory, engine: EngineKind.matanyone2.rawValue, required: MatAnyone2Core.modelNames)
         guard manifest.dynamicSize != false else {

@@ -28,12 +28,11 @@ public enum ModelLocations {
     }
 
     /// The MatAnyone2 set of a precision: `matanyone2/` (fp32) or `matanyone2-int8/`, the set
-    /// tools/matanyone2/quantize.py makes beside it. A `modelDir` that is itself a set of that
-    /// precision is accepted too.
+    /// tools/matanyone2/quantize.py makes beside it. A `modelDir` that is itself a MatAnyone2 set is
+    /// taken as it is, so that the engine can say which precision it holds if it is the wrong one.
     public static func matAnyone2Dir(modelDir: String, precision: ModelPrecision) -> String {
         let engine = EngineKind.matanyone2.rawValue
-        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine,
-           manifest.precision == precision {
+        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine {
             return modelDir
         }
         return modelDir + "/" + (precision == .fp32 ? engine : engine + "-" + precision.rawValue)

@@ -90,6 +90,15 @@ import MatteElement
         #expect(error.message.contains("matanyone2-int8") && error.message.contains("tools.matanyone2.quantize"))
     }
 
+    @Test func int8SetRunAsFp32IsRefusedNamingThePrecision() throws {
+        let run = runPipeline("\(realFrames) ! matanyone engine=matanyone2 "
+                              + "model-dir=\"\(TestEnvironment.modelDir)/matanyone2-int8\" ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-library-error-quark")
+        #expect(error.code == Int32(GST_LIBRARY_ERROR_INIT.rawValue))
+        #expect(error.message.contains("int8 set") && error.message.contains("precision=int8"))
+    }
+
     /// The latency answer is one frame's cost: the one-off seeding (11 passes) is not latency.
     @Test func latencyLeavesSeedingOut() throws {
         var answered: GstClockTime = 0

@@ -131,6 +131,15 @@ import Testing
             guard case let .modelInvalid(_, detail) = error as? EngineError else { return false }
             return detail.contains("fp32 set")
         }
+        // model-dir pointing straight at the int8 set, run as fp32: refused, naming what it holds.
+        let int8Set = ModelLocations.matAnyone2Dir(modelDir: TestData.modelDir, precision: .int8)
+        #expect {
+            try MatAnyone2Engine(options: EngineOptions(modelDir: int8Set, precision: .fp32),
+                                 seed: .mask(pixels: [255], width: 1, height: 1))
+        } throws: { error in
+            guard case let .modelInvalid(_, detail) = error as? EngineError else { return false }
+            return detail.contains("int8 set") && detail.contains("precision=fp32")
+        }
     }
 
     @Test func workingSizeKeepsAspectWithShortSide288() {
