@@ -115,4 +115,86 @@ struct ResamplerTests {
             #expect(coverage.allSatisfy { abs($0 - expected) < 1e-3 })
         }
     }
+    /// Straight from the taps in double precision: what the fast paths must reproduce.
+    private func referenceResample(_ plane: [Double], width: Int, height: Int, toWidth: Int, toHeight: Int) -> [Double] {
+        let horizontal = AxisTaps(source: width, output: toWidth), vertical = AxisTaps(source: height, output: toHeight)
+        var out = [Double](repeating: 0, count: toWidth * toHeight)
+        for y in 0..<toHeight {
+            for x in 0..<toWidth {
+                var sum = 0.0
+                for v in 0..<vertical.tapCount {
+                    for h in 0..<horizontal.tapCount {
+                        sum += Double(vertical.weight[y * vertical.tapCount + v]) * Double(horizontal.weight[x * horizontal.tapCount + h])
+                            * plane[vertical.index[y * vertical.tapCount + v] * width + horizontal.index[x * horizontal.tapCount + h]]
+                    }
+                }
+                out[y * toWidth + x] = sum
+            }
+        }
+        return out
+    }
+
+    @Test func fixedPointDownscaleStaysWithinALevelOfExactArea() {
+        // Odd widths put the last bytes of each row in the partial 16-byte chunk; 1920×1080 → 512×288 is
+        // the working size of a 1080p frame.
+        for (sw, sh, tw, th) in [(1920, 1080, 512, 288), (37, 23, 10, 7), (5, 9, 2, 4), (131, 77, 131, 77)] {
+            var state: UInt32 = 12345
+            let data = bgra(width: sw, height: sh) { _, _ in
+                state = state &* 1_664_525 &+ 1_013_904_223
+                return (UInt8(truncatingIfNeeded: state >> 24), UInt8(truncatingIfNeeded: state >> 16), UInt8(truncatingIfNeeded: state >> 8))
+            }
+            var out = [Float](repeating: -1, count: tw * th * 3)
+            let resampler = Resampler(sourceWidth: sw, sourceHeight: sh, targetWidth: tw, targetHeight: th)
+            data.withUnsafeBufferPointer {
+                resampler.bgraToRGB(BGRAImage(base: $0.baseAddress!, width: sw, height: sh, stride: sw * 4), into: &out,
+                                    pixelStep: 1, rowStride: tw, planeStride: tw * th, scale: 1)
+            }
+            var worst = 0.0
+            for (plane, byte) in [(0, 2), (1, 1), (2, 0)] {  // R, G, B planes from BGRA bytes
+                let source = (0..<(sw * sh)).map { Double(data[$0 * 4 + byte]) }
+                let expected = referenceResample(source, width: sw, height: sh, toWidth: tw, toHeight: th)
+                for index in expected.indices {
+                    worst = max(worst, abs(Double(out[plane * tw * th + index]) - expected[index]))
+                }
+            }
+            #expect(worst <= 1.0, "\(sw)×\(sh) → \(tw)×\(th): off by \(worst) levels")
+        }
+    }
+
+    @Test func bilinearUpscaleToGrayMatchesExactInterpolation() {
+        // 512×288 → 1920×1080 (the two-row path) and an odd size with a scalar tail.
+        for (sw, sh, tw, th) in [(512, 288, 1920, 1080), (7, 5, 29, 19)] {
+            let source = (0..<(sw * sh)).map { Float(($0 * 7919) % 1000) / 999 }
+            var bytes = [UInt8](repeating: 0, count: tw * th)
+            let resampler = Resampler(sourceWidth: sw, sourceHeight: sh, targetWidth: tw, targetHeight: th)
+            source.withUnsafeBufferPointer { plane in
+                bytes.withUnsafeMutableBufferPointer { out in
+                    resampler.resample(plane.baseAddress!, sourceStride: sw,
+                                       into: GrayImage(base: out.baseAddress!, width: tw, height: th, stride: tw))
+                }
+            }
+            let expected = referenceResample(source.map(Double.init), width: sw, height: sh, toWidth: tw, toHeight: th)
+            var worst = 0.0
+            for index in expected.indices { worst = max(worst, abs(Double(bytes[index]) - expected[index] * 255)) }
+            #expect(worst <= 0.51, "\(sw)×\(sh) → \(tw)×\(th): off by \(worst) levels")
+        }
+    }
+
+    @Test func vectorQuantizeMatchesScalarRoundingEverywhere() {
+        // Every tie (k + 0.5)/255, values around them, and out-of-range values on both sides.
+        var values: [Float] = []
+        for k in -3...258 {
+            let tie = (Float(k) - 0.5) / 255
+            values += [tie, tie.nextDown, tie.nextUp, Float(k) / 255]
+        }
+        values += [-1e9, 1e9, -0.0, .infinity, -.infinity]
+        while values.count % 8 != 0 { values.append(0.3) }
+        for start in stride(from: 0, to: values.count, by: 8) {
+            let block = SIMD8<Float>(values[start..<start + 8])
+            let bytes = Resampler.quantize(block)
+            for lane in 0..<8 {
+                #expect(bytes[lane] == UInt8(min(max(block[lane] * 255 + 0.5, 0), 255)), "value \(block[lane])")
+            }
+        }
+    }
 }
