@@ -109,7 +109,6 @@ public final class Resampler {
     public let targetWidth: Int, targetHeight: Int
     let horizontal: AxisTaps
     let vertical: AxisTaps
-    private var row: [Float]
     private var byteRows: [SIMD16<UInt16>] = []
     private var expanded: [Float] = []
 
@@ -120,7 +119,6 @@ public final class Resampler {
         self.targetHeight = targetHeight
         horizontal = AxisTaps(source: sourceWidth, output: targetWidth)
         vertical = AxisTaps(source: sourceHeight, output: targetHeight)
-        row = []
     }
 
     /// BGRA bytes → three float planes (R, G, B order, each `planeStride` apart, rows `rowStride`
@@ -257,45 +255,52 @@ public final class Resampler {
         }
     }
 
-    /// Horizontal pass once per source row (into `expanded`, targetWidth floats per row), then for each
-    /// output row a weighted sum of whole expanded rows: contiguous and vectorisable, which matters
-    /// when the target is large (model output → 1080p and above).
+    /// For each output row: the source rows it needs, each widened by the horizontal pass once (kept in
+    /// a small per-thread ring, so a widened row is reused by the next output rows while it is still
+    /// in cache), then one weighted sum of those whole rows, eight floats at a time: contiguous and
+    /// vectorised, which matters when the target is large (model output → 1080p and above).
     @inline(__always)
     private func resampleRows(rowOf: (Int) -> UnsafePointer<Float>, storeRow: (Int, UnsafePointer<Float>) -> Void) {
         let width = targetWidth, blocks = targetWidth / 8
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
+        // An output row's source rows are consecutive, so vTaps + 1 slots indexed by row modulo the
+        // slot count never evict a row the same output row still needs.
+        let slots = vTaps + 1
         let lanes = Resampler.lanes(work: targetWidth * targetHeight)
-        if expanded.count != sourceHeight * width { expanded = [Float](repeating: 0, count: sourceHeight * width) }
-        if row.count != width * lanes { row = [Float](repeating: 0, count: width * lanes) }
+        let perLane = (slots + 1) * width  // the ring, then the output row
+        if expanded.count != perLane * lanes { expanded = [Float](repeating: 0, count: perLane * lanes) }
         horizontal.index.withUnsafeBufferPointer { hIndex in
         horizontal.weight.withUnsafeBufferPointer { hWeight in
         vertical.index.withUnsafeBufferPointer { vIndex in
         vertical.weight.withUnsafeBufferPointer { vWeight in
-        expanded.withUnsafeMutableBufferPointer { expandedBuffer in
-        row.withUnsafeMutableBufferPointer { rowBuffer in
-            let rows = expandedBuffer.baseAddress!
-            Resampler.forEachSlice(of: sourceHeight, lanes: lanes) { sourceRows, _ in
-                for y in sourceRows {
-                    let source = rowOf(y), out = rows + y * width
-                    var tap = 0
-                    for x in 0..<width {
-                        var value: Float = 0
-                        for _ in 0..<hTaps {
-                            value += hWeight[tap] * source[hIndex[tap]]
-                            tap &+= 1
-                        }
-                        out[x] = value
-                    }
-                }
-            }
+        expanded.withUnsafeMutableBufferPointer { buffer in
             Resampler.forEachSlice(of: targetHeight, lanes: lanes) { targetRows, lane in
-                let acc = rowBuffer.baseAddress! + lane * width
+                let ring = buffer.baseAddress! + lane * perLane
+                let acc = ring + slots * width
+                var held = [Int](repeating: -1, count: slots)  // which source row each slot holds
+                var taps = [UnsafeRawPointer?](repeating: nil, count: vTaps)
                 for y in targetRows {
-                    // All taps in one pass over the row (bilinear: two), eight floats at a time.
+                    for t in 0..<vTaps {
+                        let sourceRow = vIndex[y * vTaps + t], slot = sourceRow % slots
+                        let widened = ring + slot * width
+                        if held[slot] != sourceRow {
+                            held[slot] = sourceRow
+                            let source = rowOf(sourceRow)
+                            var tap = 0  // wrapping arithmetic: the taps were built in range
+                            for x in 0..<width {
+                                var value: Float = 0
+                                for _ in 0..<hTaps {
+                                    value += hWeight[tap] * source[hIndex[tap]]
+                                    tap &+= 1
+                                }
+                                widened[x] = value
+                            }
+                        }
+                        taps[t] = UnsafeRawPointer(widened)
+                    }
                     let out = UnsafeMutableRawPointer(acc)
                     if vTaps == 2 {  // bilinear, the upscale to the frame: two rows
-                        let top = UnsafeRawPointer(rows + vIndex[2 * y] * width)
-                        let bottom = UnsafeRawPointer(rows + vIndex[2 * y + 1] * width)
+                        let top = taps[0]!, bottom = taps[1]!
                         let topWeight = vWeight[2 * y], bottomWeight = vWeight[2 * y + 1]
                         for block in 0..<blocks {
                             let offset = block &<< 5
@@ -307,20 +312,19 @@ public final class Resampler {
                         for block in 0..<blocks {
                             var sum = SIMD8<Float>.zero
                             for t in 0..<vTaps {
-                                let source = UnsafeRawPointer(rows + vIndex[y * vTaps + t] * width)
-                                sum += vWeight[y * vTaps + t] * source.loadUnaligned(fromByteOffset: 32 * block, as: SIMD8<Float>.self)
+                                sum += vWeight[y * vTaps + t] * taps[t]!.loadUnaligned(fromByteOffset: 32 * block, as: SIMD8<Float>.self)
                             }
                             out.storeBytes(of: sum, toByteOffset: 32 * block, as: SIMD8<Float>.self)
                         }
                     }
                     for x in (8 * blocks)..<width {
                         var sum: Float = 0
-                        for t in 0..<vTaps { sum += vWeight[y * vTaps + t] * rows[vIndex[y * vTaps + t] * width + x] }
+                        for t in 0..<vTaps { sum += vWeight[y * vTaps + t] * taps[t]!.load(fromByteOffset: 4 * x, as: Float.self) }
                         acc[x] = sum
                     }
                     storeRow(y, acc)
                 }
             }
-        }}}}}}
+        }}}}}
     }
 }
