@@ -1,13 +1,20 @@
 """Benchmark: the installed `matanyone` element in a real pipeline against upstream PyTorch MatAnyone2,
 on the same decoded frames at the same working size, in one run.
 
-    scripts/bench.sh [--size 512x288] [--frames 60] [--engine matanyone2] [--provider cpu] [--threads 0]
-                     [--precision fp32|int8] [--model-dir DIR] [--no-upstream] [--json FILE]
+    scripts/bench.sh [--size 512x288] [--input-size 1920x1080] [--frames 60] [--engine matanyone2]
+                     [--provider cpu] [--threads 0] [--precision fp32|int8] [--model-dir DIR]
+                     [--no-upstream] [--json FILE]
+    scripts/bench.sh --soak 5000 [--size 256x144] [--json FILE]
 
 Prints per stage (pre-processing, each model, memory match + readout, post-processing) the median and
 p95 in ms, frames per second, the element's peak RSS, upstream's time per frame (fp32, autocast off)
 and the ratio, and the floor (the model's multiply-adds ÷ the peak FLOP rate this CPU reaches on a
 large SGEMM). The first frames (seeding and its warm-up passes) are excluded from the figures.
+Frames reach the element at --input-size (the clip's 1080p by default, so the element's own cost —
+scaling down to the working size and the alpha back up — is the 1080p one); upstream gets the same
+frames already at the working size.
+--soak N instead loops the clip's frames through the element N times and samples the process's RSS
+while it runs: the memory bank fills early, so RSS must then stay flat.
 With --precision int8 the element runs the int8 set, then once more with fp32 on the same frames,
 and the int8 alpha's deviation from fp32 is reported (mean, p99, max |Δα| and IoU at 0.5).
 """
@@ -22,6 +29,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -93,16 +101,22 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
-def run_element(args, width: int, height: int, count: int, mask: Path, precision: str,
-                alpha_out: Path) -> tuple[list[dict], float, int]:
+def element_description(args, width: int, height: int, mask: Path, precision: str, stats_interval: int) -> str:
     element = (f"matanyone engine={args.engine} working-size={min(width, height)} threads={args.threads} "
-               f"execution-provider={args.provider} precision={precision} stats-interval=1")
+               f"execution-provider={args.provider} precision={precision} stats-interval={stats_interval}")
     if args.model_dir:
         element += f" model-dir={args.model_dir}"
     if args.engine == "matanyone2":
         element += f" seed=mask seed-mask={mask}"
+    return element
+
+
+def run_element(args, width: int, height: int, count: int, mask: Path, precision: str,
+                alpha_out: Path) -> tuple[list[dict], float, int]:
+    element = element_description(args, width, height, mask, precision, 1)
+    in_width, in_height = args.input_width, args.input_height
     pipeline = (f"filesrc location={args.clip} ! decodebin ! videoconvert ! videoscale "
-                f"! video/x-raw,format=BGRA,width={width},height={height} ! identity eos-after={count + 1} "
+                f"! video/x-raw,format=BGRA,width={in_width},height={in_height} ! identity eos-after={count + 1} "
                 f"! {element} ! video/x-raw,format=GRAY8 ! filesink location={alpha_out}")
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
@@ -129,6 +143,65 @@ def run_upstream(frames_file: Path, width: int, height: int, count: int, mask: P
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
+def soak(args, width: int, height: int, mask: Path, work: Path) -> int:
+    """Loops the clip's frames (decoded once at the working size) through the element `args.soak`
+    times, sampling the gst-launch-1.0 process's RSS every second."""
+    frames_file = work / f"frames-{width}x{height}-all.bgra"
+    decode_video_bgra(args.clip, frames_file, width, height)
+    clip_frames = frames_file.stat().st_size // (width * height * 4)
+    element = element_description(args, width, height, mask, args.precision, args.soak)
+    # multifilesrc re-reads the file forever; rawvideoparse cuts it into frames; identity ends the run
+    # (behind a queue: rawvideoparse pushes the rest of a file's frames past an EOS return).
+    pipeline = (f"multifilesrc location={frames_file} loop=true ! rawvideoparse format=bgra width={width} "
+                f"height={height} framerate=25/1 ! queue max-size-buffers=4 ! identity eos-after={args.soak + 1} ! {element} "
+                f"! video/x-raw,format=GRAY8 ! fakesink sync=false")
+    print(f"soak: {args.soak} frames ({clip_frames}-frame clip looped) at {width}×{height} …", flush=True)
+    start = time.perf_counter()
+    process = subprocess.Popen(["gst-launch-1.0", "-m"] + pipeline.split(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    samples: list[tuple[float, float]] = []  # (seconds, MiB)
+    status = Path(f"/proc/{process.pid}/status")
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
+    reader.start()
+    while process.poll() is None:
+        try:
+            kib = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmRSS"))
+            samples.append((time.perf_counter() - start, kib / 1024))
+        except (OSError, StopIteration, ValueError):
+            pass
+        time.sleep(1)
+    reader.join()
+    wall = time.perf_counter() - start
+    if process.returncode != 0 or len(samples) < 20:
+        sys.exit(f"bench: the soak pipeline failed or ended too soon:\n{''.join(output)[-3000:]}")
+    stats = parse_stats("".join(output))
+    last = stats[-1] if stats else {}
+    if last.get("frame") != args.soak:
+        sys.exit(f"bench: the soak processed {last.get('frame')} frames, not {args.soak}")
+    # Early = once a tenth of the run is behind us (seeding done, the memory bank long full).
+    early = next(mib for t, mib in samples if t >= 0.1 * wall)
+    late = samples[-1][1]
+    peak = max(mib for _, mib in samples)
+    print(f"\nframes               {args.soak} in {wall:.0f} s ({args.soak / wall:.2f} fps), {len(samples)} RSS samples")
+    print(f"RSS at 10 % of run   {early:.0f} MiB")
+    print(f"RSS at the end       {late:.0f} MiB (growth {late - early:+.1f} MiB)")
+    print(f"peak RSS             {peak:.0f} MiB")
+    print(f"memory frames        {last.get('memory-frames')} at the end (the bank is bounded)")
+    result = {
+        "machine": machine(), "engine": args.engine, "precision": args.precision, "mode": "soak",
+        "working_size": [width, height], "frames": args.soak, "clip_frames": clip_frames, "wall_s": wall,
+        "rss_mib": {"at_10_percent": early, "end": late, "growth": late - early, "peak": peak},
+        "memory_frames_at_end": last.get("memory-frames"),
+        "rss_trace_mib": [[round(t, 1), round(mib, 1)] for t, mib in samples[::max(1, len(samples) // 200)]],
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    print(f"\nJSON: {args.json}")
+    return 0
+
+
 def deviation(test: Path, reference: Path, width: int, height: int, skip: int) -> dict:
     """|Δα| of one run's GRAY8 alphas against another's, over the measured frames (in [0, 1])."""
     size = width * height
@@ -147,7 +220,11 @@ def main(argv=None) -> int:
     parser.add_argument("--clip", type=Path, default=SHARED / "media" / "test-sample2.mp4")
     parser.add_argument("--mask", type=Path, default=SHARED / "media" / "test-sample2.png",
                         help="first-frame mask of the clip (resized to the working size)")
-    parser.add_argument("--size", default="512x288", help="working size WxH (frames are scaled to it)")
+    parser.add_argument("--size", default="512x288", help="working size WxH (the element scales frames to it)")
+    parser.add_argument("--input-size", default="1920x1080",
+                        help="frame size WxH the element receives (the clip is 1920x1080)")
+    parser.add_argument("--soak", type=int, metavar="N",
+                        help="instead: N frames of the looped clip, RSS sampled (flat after the bank fills?)")
     parser.add_argument("--frames", type=int, default=60, help="measured frames (after the excluded warm-up)")
     parser.add_argument("--skip", type=int, default=3, help="first frames excluded (seeding, warm-up)")
     parser.add_argument("--engine", default="matanyone2", choices=["matanyone2", "segmenter"])
@@ -161,16 +238,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     width, height = (int(v) for v in args.size.lower().split("x"))
+    args.input_width, args.input_height = (int(v) for v in args.input_size.lower().split("x"))
+    if args.input_width * height != args.input_height * width:  # else the element's working size differs
+        sys.exit(f"bench: --input-size {args.input_size} must have the aspect of the working size {args.size}")
     count = args.frames + args.skip
     work = ROOT / "build" / "bench"
     work.mkdir(parents=True, exist_ok=True)
     from PIL import Image
     mask = work / f"mask-{width}x{height}.png"
     Image.open(args.mask).convert("L").resize((width, height), Image.NEAREST).save(mask)
+    if args.soak:
+        return soak(args, width, height, mask, work)
 
     print(f"measuring this CPU's SGEMM peak …", flush=True)
     peak = cpu_peak_gflops()
-    print(f"running the element: {args.engine} ({args.precision}), {width}×{height}, {count} frames …", flush=True)
+    print(f"running the element: {args.engine} ({args.precision}), {args.input_width}×{args.input_height} frames "
+          f"at working size {width}×{height}, {count} frames …", flush=True)
     alpha = work / f"alpha-{args.precision}-{width}x{height}.gray"
     rows, wall, peak_kib = run_element(args, width, height, count, mask, args.precision, alpha)
     measured = [r for r in rows if r.get("frame", 0) > args.skip]
@@ -187,7 +270,7 @@ def main(argv=None) -> int:
     stages["memory match + readout"] = summary([r["memory-ms"] for r in measured])
     stages["postprocess"] = summary([r["postprocess-ms"] for r in measured])
     overhead = [r["total-ms"] - sum(r[f] for f in model_fields) - r["memory-ms"] for r in measured]
-    stages["element overhead (all but models)"] = summary(overhead)
+    stages[f"element overhead at {args.input_width}×{args.input_height}"] = summary(overhead)
     stages["total"] = summary([r["total-ms"] for r in measured])
     total_median = stages["total"]["median"]
     fps = 1000.0 / statistics.mean(r["total-ms"] for r in measured)
@@ -202,7 +285,7 @@ def main(argv=None) -> int:
         print(f"running the element again with fp32 for the int8 deviation …", flush=True)
         reference = work / f"alpha-fp32-{width}x{height}.gray"
         run_element(args, width, height, count, mask, "fp32", reference)
-        int8_deviation = deviation(alpha, reference, width, height, args.skip)
+        int8_deviation = deviation(alpha, reference, args.input_width, args.input_height, args.skip)
 
     upstream = None
     if not args.no_upstream and args.engine == "matanyone2":
@@ -236,7 +319,7 @@ def main(argv=None) -> int:
     result = {
         "machine": machine(), "engine": args.engine, "provider": args.provider, "threads": args.threads,
         "precision": args.precision, "int8_deviation_from_fp32": int8_deviation,
-        "working_size": [width, height], "frames_measured": len(measured), "skipped": args.skip,
+        "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
         "stages_ms": stages, "fps": fps, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
         "cpu_peak_gflops": peak, "floor_ms": floor_ms,
         "ratio_to_floor": total_median / floor_ms if floor_ms else None,
