@@ -174,9 +174,17 @@ struct ResamplerTests {
                 }
             }
             let expected = referenceResample(source.map(Double.init), width: sw, height: sh, toWidth: tw, toHeight: th)
-            var worst = 0.0
-            for index in expected.indices { worst = max(worst, abs(Double(bytes[index]) - expected[index] * 255)) }
-            #expect(worst <= 0.51, "\(sw)×\(sh) → \(tw)×\(th): off by \(worst) levels")
+            var worst = 0.0, total = 0.0
+            for index in expected.indices {
+                let error = abs(Double(bytes[index]) - expected[index] * 255)
+                worst = max(worst, error)
+                total += error
+            }
+            // Byte rows and 8.8 weights: half a level from each rounding at most; this source has
+            // maximal contrast between neighbours, the worst case for the weights' rounding.
+            #expect(worst <= 1.5, "\(sw)×\(sh) → \(tw)×\(th): off by \(worst) levels")
+            // Rounding the exact value alone averages a quarter level.
+            #expect(total / Double(expected.count) <= 0.4, "\(sw)×\(sh) → \(tw)×\(th): mean error \(total / Double(expected.count))")
         }
     }
 
