@@ -218,10 +218,10 @@ public final class Resampler {
     }
 
     /// A float plane of values in [0, 1] → an 8-bit plane (rounded, clamped), within about a level of
-    /// the exact interpolation (1.5 at worst, between neighbours of maximal contrast). Each source row is widened once and stored as bytes; the vertical pass
-    /// then blends byte rows sixteen at a time in 8.8 fixed point. The output is bytes anyway, and
-    /// this pass writes every output pixel (2 M at 1080p): in floats it took four times the
-    /// instructions.
+    /// the exact interpolation (1.5 at worst, between neighbours of maximal contrast). Each source row
+    /// is widened once and stored as bytes; the vertical pass then blends byte rows sixteen at a time
+    /// in 8.8 fixed point. The output is bytes anyway, and this pass writes every output pixel (2 M
+    /// at 1080p): in floats it took four times the instructions.
     public func resample(_ source: UnsafePointer<Float>, sourceStride: Int, into destination: GrayImage) {
         precondition(destination.width == targetWidth && destination.height == targetHeight)
         let width = targetWidth, chunks = targetWidth / 16
@@ -330,8 +330,7 @@ public final class Resampler {
 
     /// For each output row: the source rows it needs, each widened by the horizontal pass once (kept in
     /// a small per-slice ring, so a widened row is reused by the next output rows while it is still
-    /// in cache), then one weighted sum of those whole rows, eight floats at a time: contiguous and
-    /// vectorised, which matters when the target is large (model output → 1080p and above).
+    /// in cache), then one weighted sum of those whole rows, eight floats at a time.
     @inline(__always)
     private func resampleRows(rowOf: (Int) -> UnsafePointer<Float>, storeRow: (Int, UnsafePointer<Float>) -> Void) {
         let width = targetWidth, blocks = targetWidth / 8
@@ -364,23 +363,12 @@ public final class Resampler {
                         taps[t] = UnsafeRawPointer(widened)
                     }
                     let out = UnsafeMutableRawPointer(acc)
-                    if vTaps == 2 {  // bilinear, the upscale to the frame: two rows
-                        let top = taps[0]!, bottom = taps[1]!
-                        let topWeight = vWeight[2 * y], bottomWeight = vWeight[2 * y + 1]
-                        for block in 0..<blocks {
-                            let offset = block &<< 5
-                            let sum = topWeight * top.loadUnaligned(fromByteOffset: offset, as: SIMD8<Float>.self)
-                                + bottomWeight * bottom.loadUnaligned(fromByteOffset: offset, as: SIMD8<Float>.self)
-                            out.storeBytes(of: sum, toByteOffset: offset, as: SIMD8<Float>.self)
+                    for block in 0..<blocks {
+                        var sum = SIMD8<Float>.zero
+                        for t in 0..<vTaps {
+                            sum += vWeight[y * vTaps + t] * taps[t]!.loadUnaligned(fromByteOffset: 32 * block, as: SIMD8<Float>.self)
                         }
-                    } else {
-                        for block in 0..<blocks {
-                            var sum = SIMD8<Float>.zero
-                            for t in 0..<vTaps {
-                                sum += vWeight[y * vTaps + t] * taps[t]!.loadUnaligned(fromByteOffset: 32 * block, as: SIMD8<Float>.self)
-                            }
-                            out.storeBytes(of: sum, toByteOffset: 32 * block, as: SIMD8<Float>.self)
-                        }
+                        out.storeBytes(of: sum, toByteOffset: 32 * block, as: SIMD8<Float>.self)
                     }
                     for x in (8 * blocks)..<width {
                         var sum: Float = 0
