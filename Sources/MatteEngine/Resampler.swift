@@ -32,12 +32,13 @@ public struct GrayImage {
     }
 }
 
-/// For one axis: for each output index, `tapCount` (source index, weight) pairs.
-struct AxisTaps {
+/// For one axis: for each output index, `tapCount` (source index, weight) pairs. Owned buffers,
+/// built once per size, so the per-frame loops read them without borrowing an array each time.
+final class AxisTaps {
     let outputCount: Int
     let tapCount: Int
-    let index: [Int]
-    let weight: [Float]
+    let index: UnsafeMutableBufferPointer<Int>
+    let weight: UnsafeMutableBufferPointer<Float>
 
     init(source: Int, output: Int) {
         precondition(source > 0 && output > 0)
@@ -70,7 +71,8 @@ struct AxisTaps {
                 perOutput.append([(left, 1 - fraction), (right, fraction)])
             }
         }
-        tapCount = perOutput.map(\.count).max() ?? 1
+        let tapCount = perOutput.map(\.count).max() ?? 1
+        self.tapCount = tapCount
         var index = [Int](repeating: 0, count: output * tapCount)
         var weight = [Float](repeating: 0, count: output * tapCount)
         for (o, taps) in perOutput.enumerated() {
@@ -81,8 +83,10 @@ struct AxisTaps {
             // Padding taps repeat a valid index with weight 0.
             for t in taps.count..<tapCount { index[o * tapCount + t] = taps.last?.0 ?? 0 }
         }
-        self.index = index
-        self.weight = weight
+        self.index = .allocate(capacity: index.count)
+        _ = self.index.initialize(from: index)
+        self.weight = .allocate(capacity: weight.count)
+        _ = self.weight.initialize(from: weight)
         // The same weights in 8.8 fixed point, each output's summing to exactly 256: a byte times a
         // weight, summed over the taps, stays within 16 bits (255·256 < 65536).
         var fixed = [UInt16](repeating: 0, count: output * tapCount)
@@ -96,11 +100,36 @@ struct AxisTaps {
             let largest = taps.max { weight[$0] < weight[$1] }!
             fixed[largest] = UInt16(Int(fixed[largest]) + 256 - total)
         }
-        fixedWeight = fixed
+        fixedWeight = .allocate(capacity: fixed.count)
+        _ = fixedWeight.initialize(from: fixed)
+    }
+
+    deinit {
+        index.deallocate()
+        weight.deallocate()
+        fixedWeight.deallocate()
     }
 
     /// `weight` in 8.8 fixed point (see init).
-    let fixedWeight: [UInt16]
+    let fixedWeight: UnsafeMutableBufferPointer<UInt16>
+}
+
+/// Which source row each slot of a small ring of widened rows holds. An output row's source rows are
+/// consecutive, so with vTaps + 1 slots indexed by row modulo the slot count none that the same
+/// output row still needs is evicted, and the next output rows find theirs still widened.
+struct HeldRows {
+    private var held: [Int]
+    /// Whether the last `slot(for:)` handed out a slot that must be filled with its row first.
+    private(set) var needsFill = false
+
+    init(slots: Int) { held = [Int](repeating: -1, count: slots) }
+
+    mutating func slot(for row: Int) -> Int {
+        let slot = row % held.count
+        needsFill = held[slot] != row
+        held[slot] = row
+        return slot
+    }
 }
 
 /// Resamples between two fixed sizes; scratch rows are allocated once and reused per frame.
@@ -139,10 +168,8 @@ public final class Resampler {
         let outputScale = scale / 256
         let slices = Resampler.slices(work: sourceWidth * sourceHeight)
         if byteRows.count != chunks * slices { byteRows = [SIMD16<UInt16>](repeating: .zero, count: chunks * slices) }
-        horizontal.index.withUnsafeBufferPointer { hIndex in
-        horizontal.weight.withUnsafeBufferPointer { hWeight in
-        vertical.index.withUnsafeBufferPointer { vIndex in
-        vertical.fixedWeight.withUnsafeBufferPointer { vWeight in
+        let hIndex = horizontal.index, hWeight = horizontal.weight
+        let vIndex = vertical.index, vWeight = vertical.fixedWeight
         byteRows.withUnsafeMutableBufferPointer { accumulators in
             Resampler.forEachSlice(of: targetHeight, slices: slices) { rows, slice in
                 let acc = accumulators.baseAddress! + slice * chunks
@@ -183,7 +210,7 @@ public final class Resampler {
                     }
                 }
             }
-        }}}}}
+        }
     }
 
     /// How many slices a pass over `work` pixels is cut into: one for small frames (a 256² frame takes
@@ -226,28 +253,25 @@ public final class Resampler {
         precondition(destination.width == targetWidth && destination.height == targetHeight)
         let width = targetWidth, chunks = targetWidth / 16
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
-        let slots = vTaps + 1  // see resampleRows: consecutive source rows, never evicted while needed
+        let slots = vTaps + 1  // see HeldRows
         let rowBytes = (width + 15) / 16 * 16
         let slices = Resampler.slices(work: targetWidth * targetHeight)
         if byteRing.count != slots * rowBytes * slices { byteRing = [UInt8](repeating: 0, count: slots * rowBytes * slices) }
         if widenedRow.count != width * slices { widenedRow = [Float](repeating: 0, count: width * slices) }
-        horizontal.index.withUnsafeBufferPointer { hIndex in
-        horizontal.weight.withUnsafeBufferPointer { hWeight in
-        vertical.index.withUnsafeBufferPointer { vIndex in
-        vertical.fixedWeight.withUnsafeBufferPointer { vWeight in
+        let hIndex = horizontal.index, hWeight = horizontal.weight
+        let vIndex = vertical.index, vWeight = vertical.fixedWeight
         byteRing.withUnsafeMutableBufferPointer { ringBuffer in
         widenedRow.withUnsafeMutableBufferPointer { scratchBuffer in
             Resampler.forEachSlice(of: targetHeight, slices: slices) { targetRows, slice in
                 let ring = ringBuffer.baseAddress! + slice * slots * rowBytes
                 let widened = scratchBuffer.baseAddress! + slice * width
-                var held = [Int](repeating: -1, count: slots)
+                var held = HeldRows(slots: slots)
                 var taps = [UnsafePointer<UInt8>?](repeating: nil, count: vTaps)
                 for y in targetRows {
                     for t in 0..<vTaps {
-                        let sourceRow = vIndex[y * vTaps + t], slot = sourceRow % slots
-                        let bytes = ring + slot * rowBytes
-                        if held[slot] != sourceRow {
-                            held[slot] = sourceRow
+                        let sourceRow = vIndex[y * vTaps + t]
+                        let bytes = ring + held.slot(for: sourceRow) * rowBytes
+                        if held.needsFill {
                             Resampler.widen(source + sourceRow * sourceStride, into: widened, count: width,
                                             index: hIndex.baseAddress!, weight: hWeight.baseAddress!, taps: hTaps)
                             Resampler.quantize(widened, into: bytes, count: width)
@@ -271,7 +295,7 @@ public final class Resampler {
                     }
                 }
             }
-        }}}}}}
+        }}
     }
 
     /// One row through the horizontal taps (wrapping arithmetic: the taps were built in range, and
@@ -335,28 +359,23 @@ public final class Resampler {
     private func resampleRows(rowOf: (Int) -> UnsafePointer<Float>, storeRow: (Int, UnsafePointer<Float>) -> Void) {
         let width = targetWidth, blocks = targetWidth / 8
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
-        // An output row's source rows are consecutive, so vTaps + 1 slots indexed by row modulo the
-        // slot count never evict a row the same output row still needs.
-        let slots = vTaps + 1
+        let slots = vTaps + 1  // see HeldRows
         let slices = Resampler.slices(work: targetWidth * targetHeight)
         let perSlice = (slots + 1) * width  // the ring, then the output row
         if expanded.count != perSlice * slices { expanded = [Float](repeating: 0, count: perSlice * slices) }
-        horizontal.index.withUnsafeBufferPointer { hIndex in
-        horizontal.weight.withUnsafeBufferPointer { hWeight in
-        vertical.index.withUnsafeBufferPointer { vIndex in
-        vertical.weight.withUnsafeBufferPointer { vWeight in
+        let hIndex = horizontal.index, hWeight = horizontal.weight
+        let vIndex = vertical.index, vWeight = vertical.weight
         expanded.withUnsafeMutableBufferPointer { buffer in
             Resampler.forEachSlice(of: targetHeight, slices: slices) { targetRows, slice in
                 let ring = buffer.baseAddress! + slice * perSlice
                 let acc = ring + slots * width
-                var held = [Int](repeating: -1, count: slots)  // which source row each slot holds
+                var held = HeldRows(slots: slots)
                 var taps = [UnsafeRawPointer?](repeating: nil, count: vTaps)
                 for y in targetRows {
                     for t in 0..<vTaps {
-                        let sourceRow = vIndex[y * vTaps + t], slot = sourceRow % slots
-                        let widened = ring + slot * width
-                        if held[slot] != sourceRow {
-                            held[slot] = sourceRow
+                        let sourceRow = vIndex[y * vTaps + t]
+                        let widened = ring + held.slot(for: sourceRow) * width
+                        if held.needsFill {
                             Resampler.widen(rowOf(sourceRow), into: widened, count: width,
                                             index: hIndex.baseAddress!, weight: hWeight.baseAddress!, taps: hTaps)
                         }
@@ -378,6 +397,6 @@ public final class Resampler {
                     storeRow(y, acc)
                 }
             }
-        }}}}}
+        }
     }
 }
