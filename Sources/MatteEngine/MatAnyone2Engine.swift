@@ -104,7 +104,9 @@ public final class MatAnyone2Engine: MattingEngine {
     public var isSeeded: Bool { core?.started ?? false }
 
     /// Builds the core for this size and times one seed step plus one pass on a blank frame (about one
-    /// ordinary frame's work, without the warm-up passes a real seed runs); then forgets it.
+    /// ordinary frame's work, without the warm-up passes a real seed runs); then forgets it. With
+    /// automatic seeding the segmenter runs once too (untimed: it is not part of an ordinary frame),
+    /// so the first frames, which it looks at, do not pay its runtime's first run.
     public func warmUp(width: Int, height: Int) throws -> Double {
         let black = [UInt8](repeating: 0, count: width * height * 4)
         let start = monotonicMs()
@@ -114,7 +116,11 @@ public final class MatAnyone2Engine: MattingEngine {
             try core.start(seed: [Float](repeating: 0, count: core.width * core.height), warmupPasses: 0)
             core.reset()
         }
-        return monotonicMs() - start
+        let elapsed = monotonicMs() - start
+        if case .automatic = seedSource, let segmenter {
+            _ = try segmenter.warmUp(width: width, height: height)
+        }
+        return elapsed
     }
 
     /// The last frame's alpha at working size, before resampling and quantisation (for checks).
@@ -131,23 +137,26 @@ public final class MatAnyone2Engine: MattingEngine {
         let start = monotonicMs()
         let core = try prepare(for: frame)
         core.clearTimings()
-        down!.bgraToRGB(frame, into: core.imageOrigin, pixelStep: 1, rowStride: core.paddedWidth,
-                        planeStride: core.imagePlaneStride)
-        var preprocessEnd = monotonicMs()
+        let preprocessEnd: Double
         if !core.started {
+            // The seed first: with automatic seeding, frames without a person are never scaled.
             guard let seed = try seedMask(for: frame, report: &report) else {
                 // Not seeded yet: pass the frame through, opaque.
+                let seedEnd = monotonicMs()
                 for y in 0..<alpha.height { (alpha.base + y * alpha.stride).update(repeating: 255, count: alpha.width) }
                 report.seeded = false
                 report.memoryFrames = 0
-                report.preprocessMs = preprocessEnd - start
-                report.postprocessMs = monotonicMs() - preprocessEnd
+                report.preprocessMs = seedEnd - start
+                report.postprocessMs = monotonicMs() - seedEnd
                 return
             }
+            scaleIntoCore(frame, core)
             preprocessEnd = monotonicMs()
             try core.start(seed: seed)
             report.seedMs = monotonicMs() - preprocessEnd
         } else {
+            scaleIntoCore(frame, core)
+            preprocessEnd = monotonicMs()
             try core.step()
         }
         let inferenceEnd = monotonicMs()
@@ -160,6 +169,12 @@ public final class MatAnyone2Engine: MattingEngine {
         for index in core.modelMs.indices { report.modelMs[index] = core.modelMs[index] }
         report.seeded = true
         report.memoryFrames = core.memoryFrames
+    }
+
+    /// The frame, scaled to the working size, into the core's image input.
+    private func scaleIntoCore(_ frame: BGRAImage, _ core: MatAnyone2Core) {
+        down!.bgraToRGB(frame, into: core.imageOrigin, pixelStep: 1, rowStride: core.paddedWidth,
+                        planeStride: core.imagePlaneStride)
     }
 
     /// The core and resamplers for this frame size (rebuilt, unseeded, when the size changes).
