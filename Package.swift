@@ -40,14 +40,16 @@ let package = Package(
             path: "gst-plugin/Sources/GstMatAnyonePlugin"
         ),
         .systemLibrary(name: "CGstCheck", path: "Tests/CGstCheck", pkgConfig: "gstreamer-check-1.0"),
+        // Where the test script puts models and frames: one place for both test targets.
+        .target(name: "TestPaths", dependencies: ["MatteEngine"], path: "Tests/TestPaths"),
         .testTarget(
             name: "MatteEngineTests",
-            dependencies: ["MatteEngine"],
+            dependencies: ["MatteEngine", "TestPaths"],
             path: "Tests/MatteEngineTests"
         ),
         .testTarget(
             name: "MatteElementTests",
-            dependencies: ["MatteElement", "CGStreamer", "CGstCheck"],
+            dependencies: ["MatteElement", "CGStreamer", "CGstCheck", "TestPaths"],
             path: "Tests/MatteElementTests"
         ),
     ]

@@ -2,11 +2,12 @@ import CGStreamer
 import Foundation
 import Testing
 import MatteElement
+import TestPaths
 
 /// The element inside real parsed pipelines, registered statically in this process.
 @Suite(.serialized) struct ElementPipelineTests {
-    let element = TestEnvironment.element
-    let realFrames = "filesrc location=\"\(TestEnvironment.dataDir)/test-sample2-512x288.bgra\" ! "
+    let element = TestPaths.element
+    let realFrames = "filesrc location=\"\(TestPaths.dataDir)/test-sample2-512x288.bgra\" ! "
         + "rawvideoparse format=bgra width=512 height=288 framerate=25/1"
 
     private func synthetic(_ count: Int, _ width: Int = 64, _ height: Int = 48) -> String {
@@ -187,8 +188,8 @@ import MatteElement
     }
 
     @Test func corruptModelIsLibraryInit() throws {
-        let directory = TestEnvironment.scratch("corrupt-models")
-        let source = TestEnvironment.modelDir + "/segmenter"
+        let directory = TestPaths.scratch("corrupt-models")
+        let source = TestPaths.modelDir + "/segmenter"
         try FileManager.default.createDirectory(atPath: directory + "/segmenter", withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: source + "/manifest.json", toPath: directory + "/segmenter/manifest.json")
         try Data(repeating: 0x42, count: 4096).write(to: URL(fileURLWithPath: directory + "/segmenter/selfie_segmentation.onnx"))

@@ -3,12 +3,13 @@ import CGstCheck
 import Foundation
 import Testing
 import MatteElement
+import TestPaths
 
 /// The element driven buffer by buffer through GstHarness.
 @Suite(.serialized) struct HarnessTests {
     private func makeHarness(_ extra: String = "") -> UnsafeMutablePointer<GstHarness> {
         precondition(gstreamerReady)
-        return gst_harness_new_parse("\(TestEnvironment.element) \(extra)")!
+        return gst_harness_new_parse("\(TestPaths.element) \(extra)")!
     }
 
     private func caps(_ width: Int, _ height: Int, _ format: String = "BGRA") -> String {

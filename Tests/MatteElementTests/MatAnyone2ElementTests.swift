@@ -3,13 +3,14 @@ import CGstCheck
 import Foundation
 import Testing
 import MatteElement
+import TestPaths
 
 /// engine=matanyone2 inside real pipelines, on the random-init model set scripts/test.sh exports.
 @Suite(.serialized) struct MatAnyone2ElementTests {
-    let data = TestEnvironment.dataDir
-    var clip: String { (ProcessInfo.processInfo.environment["MATANYONE_SHARED"] ?? "\(TestEnvironment.dataDir)/../../../shared") + "/media/test-sample2.mp4" }
+    let data = TestPaths.dataDir
+    var clip: String { (ProcessInfo.processInfo.environment["MATANYONE_SHARED"] ?? "\(TestPaths.dataDir)/../../../shared") + "/media/test-sample2.mp4" }
     var mask: String { "\(data)/test-sample2-mask-512x288.png" }
-    var element: String { "matanyone engine=matanyone2 model-dir=\"\(TestEnvironment.modelDir)\"" }
+    var element: String { "matanyone engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\"" }
     var realFrames: String {
         "filesrc location=\"\(data)/test-sample2-512x288.bgra\" ! rawvideoparse format=bgra width=512 height=288 framerate=25/1"
     }
@@ -65,7 +66,7 @@ import MatteElement
 
     @Test func engineAutoPicksMatAnyone2WhenItsSetIsInstalled() throws {
         let run = runPipeline("videotestsrc num-buffers=1 pattern=black ! video/x-raw,format=BGRA,width=64,height=48 "
-                              + "! matanyone model-dir=\"\(TestEnvironment.modelDir)\" stats-interval=1 ! fakesink")
+                              + "! matanyone model-dir=\"\(TestPaths.modelDir)\" stats-interval=1 ! fakesink")
         #expect(run.error == nil)
         #expect(run.elementMessages.first { $0["name"] == "matanyone-stats" }?["engine"] == "matanyone2")
     }
@@ -78,11 +79,11 @@ import MatteElement
     }
 
     @Test func missingInt8SetIsNotFoundWithTheCommandThatMakesIt() throws {
-        let directory = TestEnvironment.scratch("fp32-only")
+        let directory = TestPaths.scratch("fp32-only")
         try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2",
-                                                   withDestinationPath: TestEnvironment.modelDir + "/matanyone2")
+                                                   withDestinationPath: TestPaths.modelDir + "/matanyone2")
         try FileManager.default.createSymbolicLink(atPath: directory + "/segmenter",
-                                                   withDestinationPath: TestEnvironment.modelDir + "/segmenter")
+                                                   withDestinationPath: TestPaths.modelDir + "/segmenter")
         let run = runPipeline("\(realFrames) ! matanyone model-dir=\"\(directory)\" precision=int8 ! fakesink")
         let error = try #require(run.error)
         #expect(error.domain == "gst-resource-error-quark")
@@ -92,7 +93,7 @@ import MatteElement
 
     @Test func int8SetRunAsFp32IsRefusedNamingThePrecision() throws {
         let run = runPipeline("\(realFrames) ! matanyone engine=matanyone2 "
-                              + "model-dir=\"\(TestEnvironment.modelDir)/matanyone2-int8\" ! fakesink")
+                              + "model-dir=\"\(TestPaths.modelDir)/matanyone2-int8\" ! fakesink")
         let error = try #require(run.error)
         #expect(error.domain == "gst-library-error-quark")
         #expect(error.code == Int32(GST_LIBRARY_ERROR_INIT.rawValue))
@@ -177,7 +178,7 @@ import MatteElement
     }
 
     @Test func unreadableSeedMaskIsAnError() throws {
-        let path = TestEnvironment.scratch("bad-mask") + "/mask.png"
+        let path = TestPaths.scratch("bad-mask") + "/mask.png"
         try Data("not an image".utf8).write(to: URL(fileURLWithPath: path))
         let run = runPipeline("\(realFrames) ! \(element) seed=mask seed-mask=\"\(path)\" ! fakesink")
         let error = try #require(run.error)
@@ -187,7 +188,7 @@ import MatteElement
 
     /// Writes a PNG of the given size and grey level with GStreamer itself.
     private func writeMask(_ name: String, width: Int, height: Int, pattern: String) -> String {
-        let path = TestEnvironment.scratch("masks") + "/\(name).png"
+        let path = TestPaths.scratch("masks") + "/\(name).png"
         _ = runPipeline("videotestsrc num-buffers=1 pattern=\(pattern) ! video/x-raw,format=GRAY8,width=\(width),height=\(height) "
                         + "! pngenc ! filesink location=\"\(path)\"")
         return path
@@ -210,7 +211,7 @@ import MatteElement
 
     @Test func seedMaskOfAnotherSizeIsResized() throws {
         // The mask scaled to 256×144 still seeds 512×288 frames.
-        let path = TestEnvironment.scratch("small-mask") + "/mask.png"
+        let path = TestPaths.scratch("small-mask") + "/mask.png"
         _ = runPipeline("filesrc location=\"\(mask)\" ! decodebin ! videoconvert ! videoscale ! video/x-raw,format=GRAY8,width=256,height=144 "
                         + "! pngenc ! filesink location=\"\(path)\"")
         let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) warmup=0 seed=mask seed-mask=\"\(path)\" "

@@ -3,6 +3,7 @@ import CGstCheck
 import Foundation
 import MatteElement
 import MatteEngine
+import TestPaths
 
 /// gst_init and static registration, once per process (Swift Testing runs tests in parallel).
 let gstreamerReady: Bool = {
@@ -10,23 +11,7 @@ let gstreamerReady: Bool = {
     return MatAnyonePlugin.registerStatic()
 }()
 
-enum TestEnvironment {
-    static var modelDir: String {
-        ProcessInfo.processInfo.environment["MATANYONE_TEST_MODELS"] ?? ModelLocations.defaultModelDir
-    }
-
-    static var dataDir: String {
-        ProcessInfo.processInfo.environment["MATANYONE_TEST_DATA"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().appendingPathComponent("build/test-data").path
-    }
-
-    static func scratch(_ name: String) -> String {
-        let path = dataDir + "/scratch/" + name + "-" + UUID().uuidString
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        return path
-    }
-
+extension TestPaths {
     /// The segmenter element with the test model folder (engine=auto would pick MatAnyone2 there).
     static var element: String { "matanyone engine=segmenter model-dir=\"\(modelDir)\"" }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import MatteEngine
+import TestPaths
 
 /// The Swift engine against upstream PyTorch MatAnyone2 (fp32, autocast off) on the same frames,
 /// with the random-init model set that scripts/test.sh exports (the reference comes from
@@ -17,14 +18,14 @@ import Testing
     }
 
     @Test func everyFrameMatchesUpstream() throws {
-        let referencePath = TestData.dataDir + "/matanyone2-reference.npy"
+        let referencePath = TestPaths.dataDir + "/matanyone2-reference.npy"
         let reference = try MatAnyone2ParityTests.loadNpy(referencePath)
         let frameSize = Self.width * Self.height
         let count = reference.count / frameSize
         #expect(count >= 30, "reference has \(count) frames")
-        let frames = try TestData.frames("test-sample2-512x288.bgra", width: Self.width, height: Self.height)
-        let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestData.dataDir + "/test-sample2-mask-512x288.gray")))
-        let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestData.modelDir),
+        let frames = try TestPaths.frames("test-sample2-512x288.bgra", width: Self.width, height: Self.height)
+        let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestPaths.dataDir + "/test-sample2-mask-512x288.gray")))
+        let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestPaths.modelDir),
                                           seed: .mask(pixels: mask, width: Self.width, height: Self.height))
         var alphaPlane = [UInt8](repeating: 0, count: frameSize)
         var report = FrameReport(modelCount: engine.modelNames.count)
@@ -68,10 +69,10 @@ import Testing
     /// different (quantized) set, and stays near fp32 on the same frames.
     @Test func int8SetStaysNearFp32() throws {
         let frameSize = Self.width * Self.height
-        let frames = try TestData.frames("test-sample2-512x288.bgra", width: Self.width, height: Self.height)
-        let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestData.dataDir + "/test-sample2-mask-512x288.gray")))
+        let frames = try TestPaths.frames("test-sample2-512x288.bgra", width: Self.width, height: Self.height)
+        let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestPaths.dataDir + "/test-sample2-mask-512x288.gray")))
         func run(_ precision: ModelPrecision) throws -> [[Float]] {
-            let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestData.modelDir, precision: precision),
+            let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestPaths.modelDir, precision: precision),
                                               seed: .mask(pixels: mask, width: Self.width, height: Self.height))
             var plane = [UInt8](repeating: 0, count: frameSize)
             var report = FrameReport(modelCount: engine.modelNames.count)
@@ -88,7 +89,7 @@ import Testing
             }
             return alphas
         }
-        let int8Dir = ModelLocations.matAnyone2Dir(modelDir: TestData.modelDir, precision: .int8)
+        let int8Dir = ModelLocations.matAnyone2Dir(modelDir: TestPaths.modelDir, precision: .int8)
         #expect(try ModelManifest.load(directory: int8Dir).precision == .int8)
         let exact = try run(.fp32), quantized = try run(.int8)
         var worstMean = 0.0, maximum = 0.0, worstIoU = 1.0
@@ -112,8 +113,8 @@ import Testing
     }
 
     @Test func missingInt8SetSaysHowToMakeIt() throws {
-        let directory = TestData.scratch("no-int8")
-        let fp32 = ModelLocations.matAnyone2Dir(modelDir: TestData.modelDir, precision: .fp32)
+        let directory = TestPaths.scratch("no-int8")
+        let fp32 = ModelLocations.matAnyone2Dir(modelDir: TestPaths.modelDir, precision: .fp32)
         try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2", withDestinationPath: fp32)
         #expect {
             try MatAnyone2Engine(options: EngineOptions(modelDir: directory, precision: .int8),
@@ -132,7 +133,7 @@ import Testing
             return detail.contains("fp32 set")
         }
         // model-dir pointing straight at the int8 set, run as fp32: refused, naming what it holds.
-        let int8Set = ModelLocations.matAnyone2Dir(modelDir: TestData.modelDir, precision: .int8)
+        let int8Set = ModelLocations.matAnyone2Dir(modelDir: TestPaths.modelDir, precision: .int8)
         #expect {
             try MatAnyone2Engine(options: EngineOptions(modelDir: int8Set, precision: .fp32),
                                  seed: .mask(pixels: [255], width: 1, height: 1))
@@ -170,7 +171,7 @@ import Testing
         var parameters = MatAnyone2Parameters()
         parameters.memEvery = 0
         #expect {
-            try MatAnyone2Engine(options: EngineOptions(modelDir: TestData.modelDir), parameters: parameters,
+            try MatAnyone2Engine(options: EngineOptions(modelDir: TestPaths.modelDir), parameters: parameters,
                                  seed: .mask(pixels: [255], width: 1, height: 1))
         } throws: { error in
             guard case let .badSettings(detail) = error as? EngineError else { return false }
@@ -179,7 +180,7 @@ import Testing
     }
 
     @Test func aSegmenterSetIsNotAMatAnyone2Set() {
-        let directory = ModelLocations.engineDir(modelDir: TestData.modelDir, engine: "segmenter")
+        let directory = ModelLocations.engineDir(modelDir: TestPaths.modelDir, engine: "segmenter")
         #expect {
             try MatAnyone2Engine(options: EngineOptions(modelDir: directory), seed: .mask(pixels: [255], width: 1, height: 1))
         } throws: { error in

@@ -1,15 +1,16 @@
 import Foundation
 import Testing
 @testable import MatteEngine
+import TestPaths
 
 /// The segmenter engine on the real converted model and the real ONNX Runtime.
 struct SegmenterEngineTests {
-    private var options: EngineOptions { EngineOptions(modelDir: TestData.modelDir) }
+    private var options: EngineOptions { EngineOptions(modelDir: TestPaths.modelDir) }
 
     /// A copy of the installed segmenter set that a test may damage.
     private func copyOfModelSet() throws -> String {
-        let source = ModelLocations.engineDir(modelDir: TestData.modelDir, engine: "segmenter")
-        let target = TestData.scratch("segmenter-copy")
+        let source = ModelLocations.engineDir(modelDir: TestPaths.modelDir, engine: "segmenter")
+        let target = TestPaths.scratch("segmenter-copy")
         for name in try FileManager.default.contentsOfDirectory(atPath: source) {
             try FileManager.default.copyItem(atPath: source + "/" + name, toPath: target + "/" + name)
         }
@@ -102,8 +103,8 @@ struct SegmenterEngineTests {
 
     @Test func findsThePersonInARealFrame() throws {
         let engine = try SegmenterEngine(options: options)
-        let frames = try TestData.frames("test-sample2-512x288.bgra", width: 512, height: 288)
-        let maskData = try #require(FileManager.default.contents(atPath: TestData.dataDir + "/test-sample2-mask-512x288.gray"))
+        let frames = try TestPaths.frames("test-sample2-512x288.bgra", width: 512, height: 288)
+        let maskData = try #require(FileManager.default.contents(atPath: TestPaths.dataDir + "/test-sample2-mask-512x288.gray"))
         let mask = [UInt8](maskData)
         var alpha = [UInt8](repeating: 0, count: 512 * 288)
         var report = FrameReport(modelCount: 1)

@@ -1,28 +1,10 @@
 import Foundation
 import Testing
 @testable import MatteEngine
+import TestPaths
 
-/// Paths the test script (`scripts/test.sh`) prepares: installed models, the runtime, decoded frames.
-enum TestData {
-    static var environment: [String: String] { ProcessInfo.processInfo.environment }
-
-    /// Model folder holding `segmenter/` (and `matanyone2/` for the parity tests).
-    static var modelDir: String { environment["MATANYONE_TEST_MODELS"] ?? ModelLocations.defaultModelDir }
-
-    /// Where scripts/test.sh puts decoded frames and other generated inputs.
-    static var dataDir: String {
-        environment["MATANYONE_TEST_DATA"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().appendingPathComponent("build/test-data").path
-    }
-
-    /// A scratch folder of our own inside the project's build folder.
-    static func scratch(_ name: String) -> String {
-        let path = dataDir + "/scratch/" + name + "-" + UUID().uuidString
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        return path
-    }
-
+/// Frames `scripts/test.sh` decoded (paths: TestPaths, shared with the element tests).
+extension TestPaths {
     /// Raw BGRA frames decoded by GStreamer (`filesink` of `video/x-raw,format=BGRA`).
     static func frames(_ name: String, width: Int, height: Int) throws -> [[UInt8]] {
         let path = dataDir + "/" + name
