@@ -259,6 +259,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "result.json")
     args = parser.parse_args(argv)
 
+    if args.rounds < 1:
+        sys.exit("bench: --rounds must be at least 1")
     width, height = (int(v) for v in args.size.lower().split("x"))
     args.input_width, args.input_height = (int(v) for v in args.input_size.lower().split("x"))
     if args.input_width * height != args.input_height * width:  # else the element's working size differs
