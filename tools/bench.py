@@ -32,7 +32,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -124,20 +123,29 @@ def run_element(args, width: int, height: int, count: int, mask: Path, precision
     # Peak RSS from the process's own high-water mark, read while it runs: getrusage(RUSAGE_CHILDREN)
     # would also count the moment between fork and exec, when the child is a copy of this Python
     # process with PyTorch loaded.
+    output, returncode, samples, wall = launch(pipeline, interval=0.2)
+    if returncode != 0:
+        sys.exit(f"bench: the pipeline failed:\n{output[-6000:]}")
+    return parse_stats(output), wall, max((hwm for _, _, hwm in samples), default=0)
+
+
+def launch(pipeline: str, interval: float) -> tuple[str, int, list[tuple[float, int, int]], float]:
+    """Runs `gst-launch-1.0 -m PIPELINE`, sampling the process's VmRSS and VmHWM (kB) every
+    `interval` seconds. Returns its output, exit status, the samples (seconds since start, RSS, HWM)
+    and the wall time."""
     start = time.perf_counter()
+    samples = []
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(["gst-launch-1.0", "-m"] + pipeline.split(), stdout=log, stderr=subprocess.STDOUT,
                                    text=True)
-        peak_kib = 0
         while process.poll() is None:
-            peak_kib = max(peak_kib, proc_status_kib(process.pid, "VmHWM"))
-            time.sleep(0.2)
+            rss, hwm = proc_status_kib(process.pid, "VmRSS"), proc_status_kib(process.pid, "VmHWM")
+            if rss:
+                samples.append((time.perf_counter() - start, rss, hwm))
+            time.sleep(interval)
         wall = time.perf_counter() - start
         log.seek(0)
-        output = log.read()
-    if process.returncode != 0:
-        sys.exit(f"bench: the pipeline failed:\n{output[-6000:]}")
-    return parse_stats(output), wall, peak_kib
+        return log.read(), process.returncode, samples, wall
 
 
 def proc_status_kib(pid: int, field: str) -> int:
@@ -179,23 +187,11 @@ def soak(args, width: int, height: int, mask: Path, work: Path) -> int:
                 f"height={height} framerate=25/1 ! queue max-size-buffers=4 ! identity eos-after={args.soak + 1} ! {element} "
                 f"! video/x-raw,format=GRAY8 ! fakesink sync=false")
     print(f"soak: {args.soak} frames ({clip_frames}-frame clip looped) at {width}×{height} …", flush=True)
-    start = time.perf_counter()
-    process = subprocess.Popen(["gst-launch-1.0", "-m"] + pipeline.split(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    samples: list[tuple[float, float]] = []  # (seconds, MiB)
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
-    reader.start()
-    while process.poll() is None:
-        kib = proc_status_kib(process.pid, "VmRSS")
-        if kib:
-            samples.append((time.perf_counter() - start, kib / 1024))
-        time.sleep(1)
-    reader.join()
-    wall = time.perf_counter() - start
-    if process.returncode != 0 or len(samples) < 20:
-        sys.exit(f"bench: the soak pipeline failed or ended too soon:\n{''.join(output)[-3000:]}")
-    stats = parse_stats("".join(output))
+    output, returncode, rss_samples, wall = launch(pipeline, interval=1.0)
+    samples = [(t, rss / 1024) for t, rss, _ in rss_samples]  # (seconds, MiB)
+    if returncode != 0 or len(samples) < 20:
+        sys.exit(f"bench: the soak pipeline failed or ended too soon:\n{output[-3000:]}")
+    stats = parse_stats(output)
     last = stats[-1] if stats else {}
     if last.get("frame") != args.soak:
         sys.exit(f"bench: the soak processed {last.get('frame')} frames, not {args.soak}")
