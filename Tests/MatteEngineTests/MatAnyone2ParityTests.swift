@@ -112,13 +112,18 @@ import TestPaths
         #expect(worstIoU > 0.8)
     }
 
+    /// A MatAnyone2 engine on `modelDir` at `precision`, seeded with a trivial mask (for the errors its init throws).
+    private func openEngine(modelDir: String, precision: ModelPrecision) throws -> MatAnyone2Engine {
+        try MatAnyone2Engine(options: EngineOptions(modelDir: modelDir, precision: precision),
+                             seed: .mask(pixels: [255], width: 1, height: 1))
+    }
+
     @Test func missingInt8SetSaysHowToMakeIt() throws {
         let directory = TestPaths.scratch("no-int8")
         let fp32 = ModelLocations.matAnyone2Dir(modelDir: TestPaths.modelDir, precision: .fp32)
         try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2", withDestinationPath: fp32)
         #expect {
-            try MatAnyone2Engine(options: EngineOptions(modelDir: directory, precision: .int8),
-                                 seed: .mask(pixels: [255], width: 1, height: 1))
+            try openEngine(modelDir: directory, precision: .int8)
         } throws: { error in
             guard case let .modelMissing(path, hint) = error as? EngineError else { return false }
             return path.hasSuffix("matanyone2-int8") && hint.contains("tools.matanyone2.quantize")
@@ -126,8 +131,7 @@ import TestPaths
         // An fp32 set named where the int8 one belongs is refused, not run as int8.
         try FileManager.default.createSymbolicLink(atPath: directory + "/matanyone2-int8", withDestinationPath: fp32)
         #expect {
-            try MatAnyone2Engine(options: EngineOptions(modelDir: directory, precision: .int8),
-                                 seed: .mask(pixels: [255], width: 1, height: 1))
+            try openEngine(modelDir: directory, precision: .int8)
         } throws: { error in
             guard case let .modelInvalid(_, detail) = error as? EngineError else { return false }
             return detail.contains("fp32 set")
@@ -135,8 +139,7 @@ import TestPaths
         // model-dir pointing straight at the int8 set, run as fp32: refused, naming what it holds.
         let int8Set = ModelLocations.matAnyone2Dir(modelDir: TestPaths.modelDir, precision: .int8)
         #expect {
-            try MatAnyone2Engine(options: EngineOptions(modelDir: int8Set, precision: .fp32),
-                                 seed: .mask(pixels: [255], width: 1, height: 1))
+            try openEngine(modelDir: int8Set, precision: .fp32)
         } throws: { error in
             guard case let .modelInvalid(_, detail) = error as? EngineError else { return false }
             return detail.contains("int8 set") && detail.contains("precision=fp32")
@@ -182,7 +185,7 @@ import TestPaths
     @Test func aSegmenterSetIsNotAMatAnyone2Set() {
         let directory = ModelLocations.engineDir(modelDir: TestPaths.modelDir, engine: "segmenter")
         #expect {
-            try MatAnyone2Engine(options: EngineOptions(modelDir: directory), seed: .mask(pixels: [255], width: 1, height: 1))
+            try openEngine(modelDir: directory, precision: .fp32)
         } throws: { error in
             if case .modelMissing = error as? EngineError { return true }
             if case .modelInvalid = error as? EngineError { return true }
