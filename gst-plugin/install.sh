@@ -10,10 +10,16 @@ PLUGIN_DIR="${1:-${XDG_DATA_HOME:-$HOME/.local/share}/gstreamer-1.0/plugins}"
 SCRATCH="$ROOT/.build/plugin"
 
 echo "[plugin] building libgstmatanyone.so (release)"
-(cd "$ROOT" && swift build -c release --product gstmatanyone --scratch-path "$SCRATCH" \
-    -Xswiftc -static-stdlib 2>&1 | grep -vE "^\[[0-9]+/[0-9]+\]" || true)
+mkdir -p "$SCRATCH"
+# A failed build must fail here: the .so of an earlier build may still be in the scratch folder.
+if ! (cd "$ROOT" && swift build -c release --product gstmatanyone --scratch-path "$SCRATCH" \
+        -Xswiftc -static-stdlib >"$SCRATCH/build.log" 2>&1); then
+    grep -E "error:" "$SCRATCH/build.log" | sort -u | head -40 >&2
+    echo "[plugin] build failed (full log: $SCRATCH/build.log); nothing installed" >&2
+    exit 1
+fi
 BUILT="$SCRATCH/release/libgstmatanyone.so"
-[ -f "$BUILT" ] || { echo "[plugin] build failed" >&2; exit 1; }
+[ -f "$BUILT" ] || { echo "[plugin] build produced no $BUILT" >&2; exit 1; }
 
 mkdir -p "$PLUGIN_DIR"
 if ! cmp -s "$BUILT" "$PLUGIN_DIR/libgstmatanyone.so"; then

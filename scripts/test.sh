@@ -71,7 +71,7 @@ count() { # name, exit code, passed, failed
 }
 
 say "Swift tests"
-swift build --build-tests 2>&1 | grep -E "error|warning: unre" ; swift test --skip-build --no-parallel 2>&1 | tee build/swift-test.log
+scripts/swift-tests.sh "$ROOT/build" 2>&1 | tee build/swift-test.log
 rc=${PIPESTATUS[0]}
 sp=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? passed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
 sf=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? failed" build/swift-test.log | grep -oE "[0-9]+" | head -1)

@@ -96,4 +96,27 @@ rss_flat() {
 }
 check "2,000 frames keep RSS flat" rss_flat
 
+# A broken tree must fail the test command and the plugin install, even with an earlier build's test
+# binary and .so still in place. The compile error is injected into the real tree (incremental
+# builds fail in seconds; a copy would rebuild from scratch) and removed again on any exit.
+broken_build_fails() {
+    local victim="$ROOT/Sources/MatteEngine/Sizes.swift" saved="$OUT/Sizes.swift.saved"
+    cp "$victim" "$saved"
+    trap 'cp "$saved" "$victim"' RETURN
+    echo 'let injectedByTheIntegrationTest: Int = "not an Int"' >>"$victim"
+    if "$ROOT/scripts/swift-tests.sh" "$OUT/broken" >"$OUT/broken-tests.log" 2>&1; then
+        echo "scripts/swift-tests.sh exited 0 on a tree that does not compile"; return 1
+    fi
+    grep -q "no test was run" "$OUT/broken-tests.log" || { echo "no 'no test was run' line"; return 1; }
+    if grep -qE "Test run with [0-9]+ tests" "$OUT/broken-tests.log"; then echo "tests ran on a broken tree"; return 1; fi
+    mkdir -p "$OUT/broken-plugins"
+    echo "the installed plugin" >"$OUT/broken-plugins/libgstmatanyone.so"
+    if "$ROOT/gst-plugin/install.sh" "$OUT/broken-plugins" >"$OUT/broken-install.log" 2>&1; then
+        echo "gst-plugin/install.sh exited 0 on a tree that does not compile"; return 1
+    fi
+    grep -q "build failed" "$OUT/broken-install.log" || { echo "install.sh did not say the build failed"; return 1; }
+    [ "$(cat "$OUT/broken-plugins/libgstmatanyone.so")" = "the installed plugin" ] || { echo "install.sh replaced the plugin"; return 1; }
+}
+check "a tree that does not compile fails the Swift tests and the plugin install" broken_build_fails
+
 [ "$failures" = 0 ]
