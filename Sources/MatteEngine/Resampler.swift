@@ -39,69 +39,30 @@ final class AxisTaps {
     let tapCount: Int
     let index: UnsafeMutableBufferPointer<Int>
     let weight: UnsafeMutableBufferPointer<Float>
+    /// `weight` in 8.8 fixed point, each output's summing to exactly 256 (see `fixedPoint`).
+    let fixedWeight: UnsafeMutableBufferPointer<UInt16>
 
     init(source: Int, output: Int) {
         precondition(source > 0 && output > 0)
         outputCount = output
-        let scale = Double(source) / Double(output)
-        var perOutput: [[(Int, Float)]] = []
-        perOutput.reserveCapacity(output)
-        if scale > 1 {
-            // Area: output o covers [o·scale, (o+1)·scale) of the source.
-            for o in 0..<output {
-                let start = Double(o) * scale
-                let end = min(Double(o + 1) * scale, Double(source))
-                var taps: [(Int, Float)] = []
-                var s = Int(start.rounded(.down))
-                while Double(s) < end - 1e-9 {
-                    let covered = min(end, Double(s + 1)) - max(start, Double(s))
-                    if covered > 1e-9 { taps.append((min(s, source - 1), Float(covered / (end - start)))) }
-                    s += 1
-                }
-                perOutput.append(taps)
-            }
-        } else {
-            // Bilinear with half-pixel centres, edges clamped.
-            for o in 0..<output {
-                let x = (Double(o) + 0.5) * scale - 0.5
-                let x0 = Int(x.rounded(.down))
-                let fraction = Float(x - Double(x0))
-                let left = min(max(x0, 0), source - 1)
-                let right = min(max(x0 + 1, 0), source - 1)
-                perOutput.append([(left, 1 - fraction), (right, fraction)])
-            }
-        }
+        let perOutput = source > output ? AxisTaps.areaTaps(source: source, output: output)
+                                        : AxisTaps.bilinearTaps(source: source, output: output)
         let tapCount = perOutput.map(\.count).max() ?? 1
         self.tapCount = tapCount
-        var index = [Int](repeating: 0, count: output * tapCount)
-        var weight = [Float](repeating: 0, count: output * tapCount)
+        index = .allocate(capacity: output * tapCount)
+        weight = .allocate(capacity: output * tapCount)
+        fixedWeight = .allocate(capacity: output * tapCount)
         for (o, taps) in perOutput.enumerated() {
-            for (t, tap) in taps.enumerated() {
-                index[o * tapCount + t] = tap.0
-                weight[o * tapCount + t] = tap.1
+            let row = o * tapCount
+            for t in 0..<tapCount {
+                // Padding taps repeat a valid index with weight 0.
+                let tap = t < taps.count ? taps[t] : (taps.last?.0 ?? 0, 0)
+                index[row + t] = tap.0
+                weight[row + t] = tap.1
             }
-            // Padding taps repeat a valid index with weight 0.
-            for t in taps.count..<tapCount { index[o * tapCount + t] = taps.last?.0 ?? 0 }
+            let fixed = AxisTaps.fixedPoint(taps.map(\.1))
+            for t in 0..<tapCount { fixedWeight[row + t] = t < fixed.count ? fixed[t] : 0 }
         }
-        self.index = .allocate(capacity: index.count)
-        _ = self.index.initialize(from: index)
-        self.weight = .allocate(capacity: weight.count)
-        _ = self.weight.initialize(from: weight)
-        // The same weights in 8.8 fixed point, each output's summing to exactly 256: a byte times a
-        // weight, summed over the taps, stays within 16 bits (255·256 < 65536).
-        var fixed = [UInt16](repeating: 0, count: output * tapCount)
-        for o in 0..<output {
-            let taps = o * tapCount..<(o + 1) * tapCount
-            var total = 0
-            for t in taps {
-                fixed[t] = UInt16((weight[t] * 256).rounded())
-                total += Int(fixed[t])
-            }
-            let largest = taps.max { weight[$0] < weight[$1] }!
-            fixed[largest] = UInt16(Int(fixed[largest]) + 256 - total)
-        }
-        fixedWeight = .allocate(capacity: fixed.count)
-        _ = fixedWeight.initialize(from: fixed)
     }
 
     deinit {
@@ -110,8 +71,49 @@ final class AxisTaps {
         fixedWeight.deallocate()
     }
 
-    /// `weight` in 8.8 fixed point (see init).
-    let fixedWeight: UnsafeMutableBufferPointer<UInt16>
+    /// Area: output o covers [o·scale, (o+1)·scale) of the source.
+    private static func areaTaps(source: Int, output: Int) -> [[(Int, Float)]] {
+        let scale = Double(source) / Double(output)
+        return (0..<output).map { o in
+            let start = Double(o) * scale
+            let end = min(Double(o + 1) * scale, Double(source))
+            var taps: [(Int, Float)] = []
+            var s = Int(start.rounded(.down))
+            while Double(s) < end - 1e-9 {
+                let covered = min(end, Double(s + 1)) - max(start, Double(s))
+                if covered > 1e-9 { taps.append((min(s, source - 1), Float(covered / (end - start)))) }
+                s += 1
+            }
+            return taps
+        }
+    }
+
+    /// Bilinear with half-pixel centres, edges clamped.
+    private static func bilinearTaps(source: Int, output: Int) -> [[(Int, Float)]] {
+        let scale = Double(source) / Double(output)
+        return (0..<output).map { o in
+            let x = (Double(o) + 0.5) * scale - 0.5
+            let x0 = Int(x.rounded(.down))
+            let fraction = Float(x - Double(x0))
+            return [(min(max(x0, 0), source - 1), 1 - fraction), (min(max(x0 + 1, 0), source - 1), fraction)]
+        }
+    }
+
+    /// Weights (non-negative, summing to 1) in 8.8 fixed point summing to exactly 256, so a byte times
+    /// a weight, summed over the taps, stays within 16 bits (255·256 < 65536). Largest remainder:
+    /// every weight is rounded down, and the units still missing go to the largest fractions. Rounding
+    /// each weight to nearest instead can overshoot 256 by more than the largest weight when there are
+    /// many small taps (a 30× downscale), and no single correction then keeps every weight ≥ 0.
+    static func fixedPoint(_ weights: [Float]) -> [UInt16] {
+        guard !weights.isEmpty else { return [] }
+        let total = weights.reduce(0) { $0 + Double(max($1, 0)) }
+        let scaled = weights.map { total > 0 ? Double(max($0, 0)) / total * 256 : 256 / Double(weights.count) }
+        var fixed = scaled.map { Int($0.rounded(.down)) }
+        let missing = 256 - fixed.reduce(0, +)  // 0 ≤ missing < count: each floor lost less than 1
+        let byFraction = scaled.indices.sorted { scaled[$0] - Double(fixed[$0]) > scaled[$1] - Double(fixed[$1]) }
+        for i in 0..<missing { fixed[byFraction[i % byFraction.count]] += 1 }
+        return fixed.map { UInt16($0) }
+    }
 }
 
 /// Which source row each slot of a small ring of widened rows holds. An output row's source rows are
