@@ -20,12 +20,8 @@ typedef struct {
 } GstMatAnyoneClass;
 
 static inline GType shim_type_video_filter(void) { return GST_TYPE_VIDEO_FILTER; }
-static inline GType shim_type_string(void) { return G_TYPE_STRING; }
-static inline GType shim_type_uint(void) { return G_TYPE_UINT; }
 static inline GType shim_type_none(void) { return G_TYPE_NONE; }
 
-static inline GParamFlags shim_param_readwrite(void) { return G_PARAM_READWRITE; }
-static inline GParamFlags shim_param_readable(void) { return G_PARAM_READABLE; }
 static inline GParamFlags shim_param_readwrite_ready(void) {
     return (GParamFlags)(G_PARAM_READWRITE | GST_PARAM_MUTABLE_READY);
 }
@@ -55,11 +51,6 @@ static inline void shim_structure_set_boolean(GstStructure *s, const char *f, gb
 static inline void shim_structure_set_uint(GstStructure *s, const char *f, guint v) {
     gst_structure_set(s, f, G_TYPE_UINT, v, NULL);
 }
-static inline void shim_structure_set_int(GstStructure *s, const char *f, gint v) {
-    gst_structure_set(s, f, G_TYPE_INT, v, NULL);
-}
 
-static inline GstObject *shim_object(void *p) { return GST_OBJECT(p); }
-static inline GstElement *shim_element(void *p) { return GST_ELEMENT(p); }
 
 #endif

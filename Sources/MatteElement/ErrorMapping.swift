@@ -2,8 +2,9 @@ import CGStreamer
 import MatteEngine
 
 /// The one place where engine failures become GStreamer errors. Domains and codes:
-/// missing model or input file → RESOURCE/NOT_FOUND; unreadable input file → RESOURCE/OPEN_READ; unusable model or runtime → LIBRARY/INIT; bad settings →
-/// LIBRARY/SETTINGS; a failure on a frame → STREAM/FAILED.
+/// missing model or input file → RESOURCE/NOT_FOUND; unreadable file → RESOURCE/OPEN_READ; unusable
+/// model or runtime → LIBRARY/INIT; bad settings → LIBRARY/SETTINGS; a failure on a frame →
+/// STREAM/FAILED; a buffer that does not match its caps → STREAM/FORMAT.
 enum ErrorMapping {
     static func domainAndCode(for error: EngineError) -> (GQuark, Int32) {
         switch error {
@@ -11,7 +12,7 @@ enum ErrorMapping {
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
         case .fileUnreadable:
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_OPEN_READ.rawValue))
-        case .modelInvalid, .runtimeUnavailable:
+        case .modelInvalid, .runtimeUnavailable, .runtimeFailure:
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_INIT.rawValue))
         case .badSettings:
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
@@ -22,8 +23,9 @@ enum ErrorMapping {
 
     /// Posts an ERROR message on the bus for `error` (any error; non-engine ones count as STREAM/FAILED).
     static func postError(_ error: Error, on element: ElementHandle, function: String = #function, line: Int = #line) {
-        let engineError = error as? EngineError ?? .inference(detail: "\(error)")
+        let engineError = EngineError.classify(error, during: .processing)
         let (domain, code) = domainAndCode(for: engineError)
+        DebugLog.log(GST_LEVEL_ERROR, element, "\(engineError)")
         post(GST_MESSAGE_ERROR, domain: domain, code: code, text: engineError.description,
              debug: "\(engineError)", on: element, function: function, line: line)
     }
@@ -31,6 +33,12 @@ enum ErrorMapping {
     /// Posts a WARNING (the element carries on).
     static func postWarning(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
         post(GST_MESSAGE_WARNING, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FAILED.rawValue),
+             text: text, debug: text, on: element, function: function, line: line)
+    }
+
+    /// Posts an ERROR for a buffer the element cannot read or write as negotiated (STREAM/FORMAT).
+    static func postStreamFormatError(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
+        post(GST_MESSAGE_ERROR, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FORMAT.rawValue),
              text: text, debug: text, on: element, function: function, line: line)
     }
 

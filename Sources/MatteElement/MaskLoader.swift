@@ -16,9 +16,7 @@ enum MaskLoader {
     }
 
     static func load(_ path: String) throws -> Mask {
-        guard FileManager.default.fileExists(atPath: path) else {
-            throw EngineError.fileMissing(path: path, hint: "Set seed-mask to an existing image (white = the person).")
-        }
+        try SeedImage.check(path)
         let escaped = path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         let description = "filesrc location=\"\(escaped)\" ! decodebin ! videoconvert ! video/x-raw,format=GRAY8 "
             + "! appsink name=sink sync=false max-buffers=1"

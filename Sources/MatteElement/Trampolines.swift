@@ -13,6 +13,7 @@ struct ElementHandle {
     let raw: UnsafeMutablePointer<GstMatAnyone>
 
     var element: UnsafeMutablePointer<GstElement> { UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GstElement.self) }
+    var gobject: UnsafeMutablePointer<GObject> { UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GObject.self) }
     var object: UnsafeMutablePointer<GstObject> { UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GstObject.self) }
     var transform: UnsafeMutablePointer<GstBaseTransform> {
         UnsafeMutableRawPointer(raw).assumingMemoryBound(to: GstBaseTransform.self)
@@ -52,6 +53,25 @@ struct VideoFrameView {
     var isDiscont: Bool {
         frame.pointee.buffer.pointee.mini_object.flags & GST_BUFFER_FLAG_DISCONT.rawValue != 0
     }
+
+    /// Why the mapped plane cannot hold `height` rows of `width` pixels at its stride (a GstVideoMeta
+    /// may declare any stride), or nil when it can.
+    func layoutProblem(bytesPerPixel: Int) -> String? {
+        let rowBytes = width * bytesPerPixel
+        guard stride >= rowBytes else {
+            return "a buffer's rows are \(stride) bytes apart (its GstVideoMeta stride) but a row of \(width) pixels "
+                + "needs \(rowBytes): the upstream element produced an invalid buffer"
+        }
+        let mapped = frame.pointee.map.0
+        let offset = UnsafeRawPointer(frame.pointee.data.0!) - UnsafeRawPointer(mapped.data!)
+        let available = Int(mapped.size) - offset
+        let needed = stride * (height - 1) + rowBytes
+        guard offset >= 0, needed <= available else {
+            return "a buffer holds \(max(available, 0)) bytes from its first row but \(height) rows of stride \(stride) "
+                + "need \(needed): the upstream element produced an invalid buffer"
+        }
+        return nil
+    }
 }
 
 /// Casts for the GStreamer API's own class hierarchy (C "inheritance" by first member).
@@ -85,7 +105,7 @@ private func registerEnum<E: PropertyEnum>(_: E.Type) -> GType {
     let cases = Array(E.allCases)
     let values = UnsafeMutablePointer<GEnumValue>.allocate(capacity: cases.count + 1)
     for (index, item) in cases.enumerated() {
-        values[index] = GEnumValue(value: gint(item.rawValue), value_name: strdup(item.blurb), value_nick: strdup(item.nick))
+        values[index] = GEnumValue(value: gint(item.gValue), value_name: strdup(item.blurb), value_nick: strdup(item.nick))
     }
     values[cases.count] = GEnumValue(value: 0, value_name: nil, value_nick: nil)
     return g_enum_register_static(strdup(E.typeName), values)
@@ -95,9 +115,9 @@ private let enumTypes: [String: GType] = [
     OutputMode.typeName: registerEnum(OutputMode.self),
     BackgroundMode.typeName: registerEnum(BackgroundMode.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
-    ProviderChoice.typeName: registerEnum(ProviderChoice.self),
+    ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),
     SeedMode.typeName: registerEnum(SeedMode.self),
-    PrecisionChoice.typeName: registerEnum(PrecisionChoice.self),
+    ModelPrecision.typeName: registerEnum(ModelPrecision.self),
 ]
 
 private let sinkCapsString =
@@ -126,7 +146,12 @@ private let classInit: GClassInitFunc = { klass, _ in
     objectClass.pointee.finalize = finalizeTrampoline
     installProperties(objectClass)
     installSignals(klass!)
+    installMetadataAndPads(elementClass)
+    installTransformHandlers(transformClass)
+    installVideoFilterHandlers(videoFilterClass)
+}
 
+private func installMetadataAndPads(_ elementClass: UnsafeMutablePointer<GstElementClass>) {
     gst_element_class_set_metadata(
         elementClass, "MatAnyone human video matting", "Filter/Effect/Video",
         "Live human video matting (MatAnyone2, or per-frame person segmentation): BGRA in, alpha plane "
@@ -137,7 +162,9 @@ private let classInit: GClassInitFunc = { klass, _ in
         gst_element_class_add_pad_template(elementClass, gst_pad_template_new(name, direction, GST_PAD_ALWAYS, caps))
         gst_caps_unref(caps)
     }
+}
 
+private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<GstBaseTransformClass>) {
     transformClass.pointee.passthrough_on_same_caps = 0
     transformClass.pointee.transform_ip_on_passthrough = 0
     transformClass.pointee.start = { trans in filter(trans).start() ? 1 : 0 }
@@ -147,8 +174,10 @@ private let classInit: GClassInitFunc = { klass, _ in
     }
     transformClass.pointee.sink_event = { trans, event in
         switch event!.pointee.type {
-        case GST_EVENT_FLUSH_STOP, GST_EVENT_STREAM_START:
-            filter(trans).resetStream()
+        case GST_EVENT_FLUSH_STOP:
+            filter(trans).resetStream(reason: "FLUSH_STOP")
+        case GST_EVENT_STREAM_START:
+            filter(trans).resetStream(reason: "STREAM_START")
         case GST_EVENT_CUSTOM_DOWNSTREAM, GST_EVENT_CUSTOM_DOWNSTREAM_OOB:
             if let maskPath = reseedRequest(event!) { filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath) }
         default:
@@ -180,7 +209,9 @@ private let classInit: GClassInitFunc = { klass, _ in
         }
         return 1
     }
+}
 
+private func installVideoFilterHandlers(_ videoFilterClass: UnsafeMutablePointer<GstVideoFilterClass>) {
     videoFilterClass.pointee.set_info = { videoFilter, _, inputInfo, _, outputInfo in
         filter(videoFilter).setInfo(input: inputInfo!, output: outputInfo!) ? 1 : 0
     }
@@ -226,7 +257,7 @@ private let finalizeTrampoline: @convention(c) (UnsafeMutablePointer<GObject>?) 
 // MARK: - Properties
 
 private func installProperties(_ objectClass: UnsafeMutablePointer<GObjectClass>) {
-    for declaration in PropertyDeclaration.all {
+    for (index, declaration) in PropertyDeclaration.all.enumerated() {
         let flags = declaration.mutability == .ready ? shim_param_readwrite_ready() : shim_param_readwrite_playing()
         let spec: UnsafeMutablePointer<GParamSpec>
         switch declaration.kind {
@@ -239,29 +270,28 @@ private func installProperties(_ objectClass: UnsafeMutablePointer<GObjectClass>
             spec = g_param_spec_uint(declaration.name, declaration.nick, declaration.blurb,
                                      minimum, maximum, defaultValue, flags)
         }
-        g_object_class_install_property(objectClass, declaration.id.rawValue, spec)
+        g_object_class_install_property(objectClass, guint(index + 1), spec)
     }
 }
 
 private let setPropertyTrampoline:
     @convention(c) (UnsafeMutablePointer<GObject>?, guint, UnsafePointer<GValue>?, UnsafeMutablePointer<GParamSpec>?) -> Void = {
         object, id, value, _ in
-        guard let propertyID = PropertyID(rawValue: id),
-              let declaration = PropertyDeclaration.all.first(where: { $0.id == propertyID }) else { return }
+        guard let declaration = PropertyDeclaration.with(id: id) else { return }
         let converted: PropertyValue
         switch declaration.kind {
         case .enumeration: converted = .enumeration(Int32(g_value_get_enum(value)))
         case .string: converted = .string(g_value_get_string(value).map { String(cString: $0) } ?? "")
         case .uint: converted = .uint(g_value_get_uint(value))
         }
-        filter(object).setProperty(propertyID, converted)
+        filter(object).setProperty(declaration, converted)
     }
 
 private let getPropertyTrampoline:
     @convention(c) (UnsafeMutablePointer<GObject>?, guint, UnsafeMutablePointer<GValue>?, UnsafeMutablePointer<GParamSpec>?) -> Void = {
         object, id, value, _ in
-        guard let propertyID = PropertyID(rawValue: id) else { return }
-        switch filter(object).property(propertyID) {
+        guard let declaration = PropertyDeclaration.with(id: id) else { return }
+        switch filter(object).property(declaration) {
         case let .enumeration(raw): g_value_set_enum(value, gint(raw))
         case let .string(text): g_value_set_string(value, text)
         case let .uint(number): g_value_set_uint(value, number)

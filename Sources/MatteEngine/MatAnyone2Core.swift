@@ -25,8 +25,11 @@ public struct MatAnyone2Parameters: Equatable, Sendable {
 /// A line-by-line port of `tools/matanyone2/glue.py` (the spec, checked against upstream PyTorch):
 /// all state lives here, the six ONNX models are stateless.
 final class MatAnyone2Core {
-    static let modelNames = ["encoder", "uncert", "readout", "decoder", "maskencoder", "memframe"]
-    enum Model: Int { case encoder, uncert, readout, decoder, maskencoder, memframe }
+    /// The six models, in the order of `FrameReport.modelMs`.
+    enum Model: String, CaseIterable {
+        case encoder, uncert, readout, decoder, maskencoder, memframe
+    }
+    static let modelNames = Model.allCases.map(\.rawValue)
 
     let parameters: MatAnyone2Parameters
     /// Working size and its padding to multiples of 16 (centred, extra row/column at the end).
@@ -35,14 +38,10 @@ final class MatAnyone2Core {
     let padTop: Int, padLeft: Int
     let gridTokens: Int
 
-    // Tensors (storage owned here, bound once to the model calls that read or write them).
-    let image: Tensor
-    private let f8, f4, f2, f1, pixFeat, key, shrinkage, selection: Tensor
-    private let sensory, lastAlpha, lastPixFeat, lastMaskValue, objectMemory: Tensor
-    private let memoryReadout, memoryValueDifference, uncertainty, visualReadout, memReadout: Tensor
-    private let decodedAlpha, decodedSensory, memoryFrameSensory, objectSummary: Tensor
-
-    private let encode, estimateUncertainty, readoutFromMemory, readoutFirstFrame, decode, encodeMask, memorizeFrame: Binding
+    private let tensors: Tensors
+    private let calls: Calls
+    /// Where the frame goes (RGB planes, see `imageOrigin`).
+    var image: Tensor { tensors.image }
     private let bank: MemoryBank
     private let staggerTimes: Set<Int>
 
@@ -52,104 +51,77 @@ final class MatAnyone2Core {
     private var hasObjectMemory = false
     private(set) var started = false
 
-    /// Per-model time of the current frame (ms), indexed like `modelNames`, and the memory read.
-    var modelMs = [Double](repeating: 0, count: 6)
+    /// Per-model time of the current frame (ms), indexed like `Model.allCases`, and the memory read.
+    var modelMs = [Double](repeating: 0, count: Model.allCases.count)
     var memoryMs = 0.0
 
-    init(manifest: ModelManifest, sessions: [String: Session], width: Int, height: Int,
+    /// The padded size for a working size: multiples of 16, and at least two grid cells a side (the
+    /// exported dynamic range starts there).
+    static func paddedSize(width: Int, height: Int) -> (width: Int, height: Int) {
+        (max(32, (width + 15) / 16 * 16), max(32, (height + 15) / 16 * 16))
+    }
+
+    /// Makes the tensors of one model port at the padded size; errors name the manifest file.
+    struct TensorMaker {
+        let manifest: ModelManifest
+        let manifestPath: String
+        let runtime: OnnxRuntime
+        let height: Int, width: Int
+
+        func callAsFunction(_ model: Model, _ port: String, output: Bool = false) throws -> Tensor {
+            let ports = output ? manifest.models[model.rawValue]?.outputs : manifest.models[model.rawValue]?.inputs
+            guard let spec = ports?.first(where: { $0.name == port }) else {
+                throw EngineError.modelInvalid(path: manifestPath, detail: "lists no \(output ? "output" : "input") "
+                                               + "'\(port)' for model '\(model.rawValue)'. Re-export the model set.")
+            }
+            do {
+                return try Tensor(runtime: runtime, shape: spec.concreteShape(height: height, width: width),
+                                  name: "\(model.rawValue).\(port)")
+            } catch let EngineError.modelInvalid(_, detail) {
+                throw EngineError.modelInvalid(path: manifestPath, detail: "model '\(model.rawValue)': \(detail)")
+            }
+        }
+    }
+
+    init(manifest: ModelManifest, manifestPath: String, sessions: [String: Session], width: Int, height: Int,
          parameters: MatAnyone2Parameters) throws {
         try parameters.validate()
         self.parameters = parameters
         self.width = width
         self.height = height
-        // Multiples of 16, and at least two grid cells a side (the exported dynamic range starts there).
-        paddedHeight = max(32, (height + 15) / 16 * 16)
-        paddedWidth = max(32, (width + 15) / 16 * 16)
+        (paddedWidth, paddedHeight) = MatAnyone2Core.paddedSize(width: width, height: height)
         padTop = (paddedHeight - height) / 2
         padLeft = (paddedWidth - width) / 2
         gridTokens = (paddedHeight / 16) * (paddedWidth / 16)
-        let runtime = sessions["encoder"]!.runtime
-        let (h, w) = (paddedHeight, paddedWidth)
-        func make(_ model: String, _ port: String, output: Bool = false) throws -> Tensor {
-            let ports = output ? manifest.models[model]!.outputs : manifest.models[model]!.inputs
-            guard let spec = ports.first(where: { $0.name == port }) else {
-                throw EngineError.modelInvalid(path: model, detail: "manifest lists no \(output ? "output" : "input") '\(port)' for '\(model)'")
-            }
-            return try Tensor(runtime: runtime, shape: spec.concreteShape(height: h, width: w))
+        let make = TensorMaker(manifest: manifest, manifestPath: manifestPath, runtime: sessions[Model.encoder.rawValue]!.runtime,
+                               height: paddedHeight, width: paddedWidth)
+        let tensors = try Tensors(make)
+        try tensors.checkLayout(manifestPath: manifestPath, paddedHeight: paddedHeight, paddedWidth: paddedWidth)
+        let keyDim = tensors.key.shape[1], valueDim = tensors.lastMaskValue.shape[1]
+        guard tensors.key.count == keyDim * gridTokens, tensors.lastMaskValue.count == valueDim * gridTokens else {
+            throw EngineError.modelInvalid(path: manifestPath, detail: "the key and value shapes \(tensors.key.shape), "
+                                           + "\(tensors.lastMaskValue.shape) are not channels × the stride-16 grid. Re-export the model set.")
         }
-        image = try make("encoder", "image")
-        f8 = try make("encoder", "f8", output: true)
-        f4 = try make("encoder", "f4", output: true)
-        f2 = try make("encoder", "f2", output: true)
-        f1 = try make("encoder", "f1", output: true)
-        pixFeat = try make("encoder", "pix_feat", output: true)
-        key = try make("encoder", "key", output: true)
-        shrinkage = try make("encoder", "shrinkage", output: true)
-        selection = try make("encoder", "selection", output: true)
-        sensory = try make("decoder", "sensory")
-        lastAlpha = try make("decoder", "alpha", output: true)
-        lastPixFeat = try make("uncert", "last_pix_feat")
-        lastMaskValue = try make("maskencoder", "mask_value", output: true)
-        objectMemory = try make("readout", "obj_memory")
-        memoryReadout = try make("readout", "visual_readout")
-        memoryValueDifference = try make("uncert", "mem_val_diff")
-        uncertainty = try make("uncert", "uncert_prob", output: true)
-        visualReadout = try make("readout", "visual_readout")
-        memReadout = try make("readout", "mem_readout", output: true)
-        decodedAlpha = try make("decoder", "alpha", output: true)
-        decodedSensory = try make("decoder", "sensory_out", output: true)
-        memoryFrameSensory = try make("memframe", "sensory_out", output: true)
-        objectSummary = try make("memframe", "obj_summary", output: true)
+        bank = try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: gridTokens, maxFrames: parameters.maxMemFrames)
+        calls = try Calls(sessions: sessions, tensors)
+        self.tensors = tensors
+        staggerTimes = MatAnyone2Core.staggerTimes(memEvery: parameters.memEvery, staggerUpdates: parameters.staggerUpdates)
+    }
 
-        encode = try sessions["encoder"]!.bind(
-            inputs: ["image": image],
-            outputs: ["f8": f8, "f4": f4, "f2": f2, "f1": f1, "pix_feat": pixFeat, "key": key,
-                      "shrinkage": shrinkage, "selection": selection])
-        estimateUncertainty = try sessions["uncert"]!.bind(
-            inputs: ["last_pix_feat": lastPixFeat, "pix_feat": pixFeat, "last_mask": lastAlpha,
-                     "mem_val_diff": memoryValueDifference],
-            outputs: ["uncert_prob": uncertainty])
-        readoutFromMemory = try sessions["readout"]!.bind(
-            inputs: ["pix_feat": pixFeat, "visual_readout": visualReadout, "sensory": sensory,
-                     "last_mask": lastAlpha, "obj_memory": objectMemory],
-            outputs: ["mem_readout": memReadout])
-        // First-frame passes read no memory: the pixel-memory input is the last mask value itself.
-        readoutFirstFrame = try sessions["readout"]!.bind(
-            inputs: ["pix_feat": pixFeat, "visual_readout": lastMaskValue, "sensory": sensory,
-                     "last_mask": lastAlpha, "obj_memory": objectMemory],
-            outputs: ["mem_readout": memReadout])
-        decode = try sessions["decoder"]!.bind(
-            inputs: ["f8": f8, "f4": f4, "f2": f2, "f1": f1, "mem_readout": memReadout, "sensory": sensory],
-            outputs: ["alpha": decodedAlpha, "sensory_out": decodedSensory])
-        encodeMask = try sessions["maskencoder"]!.bind(
-            inputs: ["f1": f1, "pix_feat": pixFeat, "mask": lastAlpha],
-            outputs: ["mask_value": lastMaskValue])
-        memorizeFrame = try sessions["memframe"]!.bind(
-            inputs: ["mask_value": lastMaskValue, "sensory": sensory, "mask": lastAlpha],
-            outputs: ["sensory_out": memoryFrameSensory, "obj_summary": objectSummary])
-
-        let keyDim = key.shape[1], valueDim = lastMaskValue.shape[1]
-        guard key.count == keyDim * gridTokens, lastMaskValue.count == valueDim * gridTokens else {
-            throw EngineError.modelInvalid(path: "manifest.json", detail: "key/value shapes do not match the stride-16 grid")
-        }
-        bank = MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: gridTokens,
-                          maxFrames: parameters.maxMemFrames)
-        // (t − last_mem_t) values at which the decoder's sensory update is kept.
-        if parameters.staggerUpdates >= parameters.memEvery {
-            staggerTimes = Set(1...parameters.memEvery)
-        } else {
-            let count = max(parameters.staggerUpdates, 1)
-            staggerTimes = Set((0..<count).map { i -> Int in
-                let position = count == 1 ? 1.0 : 1.0 + Double(parameters.memEvery - 1) * Double(i) / Double(count - 1)
-                return Int(position.rounded(.toNearestOrEven))
-            })
-        }
+    /// (t − last_mem_t) values at which the decoder's sensory update is kept (upstream's stagger).
+    private static func staggerTimes(memEvery: Int, staggerUpdates: Int) -> Set<Int> {
+        if staggerUpdates >= memEvery { return Set(1...memEvery) }
+        let count = max(staggerUpdates, 1)
+        return Set((0..<count).map { i -> Int in
+            let position = count == 1 ? 1.0 : 1.0 + Double(memEvery - 1) * Double(i) / Double(count - 1)
+            return Int(position.rounded(.toNearestOrEven))
+        })
     }
 
     var memoryFrames: Int { bank.frames }
 
     /// The unpadded alpha of the last frame: `height` rows of `width`, `paddedWidth` apart.
-    var alpha: UnsafePointer<Float> { UnsafePointer(lastAlpha.data + padTop * paddedWidth + padLeft) }
+    var alpha: UnsafePointer<Float> { UnsafePointer(tensors.lastAlpha.data + padTop * paddedWidth + padLeft) }
 
     /// Where to write the frame: RGB planes in [0, 1], `paddedWidth` per row, padding left at zero.
     var imageOrigin: UnsafeMutablePointer<Float> { image.data + padTop * paddedWidth + padLeft }
@@ -166,7 +138,7 @@ final class MatAnyone2Core {
     private func run(_ binding: Binding, _ model: Model) throws {
         let start = monotonicMs()
         try binding.run()
-        modelMs[model.rawValue] += monotonicMs() - start
+        modelMs[Model.allCases.firstIndex(of: model)!] += monotonicMs() - start
     }
 
     /// Seed step with `seed` (alpha in {0, 1}, `height`×`width`), then warmup + 1 first-frame passes
@@ -175,14 +147,14 @@ final class MatAnyone2Core {
     func start(seed: [Float], warmupPasses: Int? = nil) throws {
         reset()
         t = 0
-        try run(encode, .encoder)  // frame 0's encoding is reused by every pass below
-        lastAlpha.fill(0)
+        try run(calls.encode, .encoder)  // frame 0's encoding is reused by every pass below
+        tensors.lastAlpha.fill(0)
         for y in 0..<height {
-            let row = lastAlpha.data + (padTop + y) * paddedWidth + padLeft
+            let row = tensors.lastAlpha.data + (padTop + y) * paddedWidth + padLeft
             for x in 0..<width { row[x] = seed[y * width + x] }
         }
-        sensory.fill(0)
-        lastPixFeat.copy(from: pixFeat)
+        tensors.sensory.fill(0)
+        tensors.lastPixFeat.copy(from: tensors.pixFeat)
         try memorize()
         for _ in 0...(warmupPasses ?? parameters.warmup) { try firstFramePass() }
         started = true
@@ -193,11 +165,11 @@ final class MatAnyone2Core {
     private func firstFramePass() throws {
         t = 0
         lastMemoryT = 0
-        try run(readoutFirstFrame, .readout)
-        try run(decode, .decoder)
-        sensory.copy(from: decodedSensory)
-        lastAlpha.copy(from: decodedAlpha)
-        lastPixFeat.copy(from: pixFeat)
+        try run(calls.readoutFirstFrame, .readout)
+        try run(calls.decode, .decoder)
+        tensors.sensory.copy(from: tensors.decodedSensory)
+        tensors.lastAlpha.copy(from: tensors.decodedAlpha)
+        tensors.lastPixFeat.copy(from: tensors.pixFeat)
         bank.clear()
         hasObjectMemory = false
         try memorize()
@@ -205,17 +177,17 @@ final class MatAnyone2Core {
 
     /// Upstream `_add_memory(..., is_deep_update=True)` for the current frame with `lastAlpha`.
     private func memorize() throws {
-        try run(encodeMask, .maskencoder)     // → lastMaskValue
-        try run(memorizeFrame, .memframe)     // deep sensory update + object summary
+        try run(calls.encodeMask, .maskencoder)     // → lastMaskValue
+        try run(calls.memorizeFrame, .memframe)     // deep sensory update + object summary
         if hasObjectMemory {
-            for index in 0..<objectMemory.count { objectMemory.data[index] += objectSummary.data[index] }
+            for index in 0..<tensors.objectMemory.count { tensors.objectMemory.data[index] += tensors.objectSummary.data[index] }
         } else {
-            objectMemory.copy(from: objectSummary)
+            tensors.objectMemory.copy(from: tensors.objectSummary)
             hasObjectMemory = true
         }
-        bank.add(key: key.data, shrinkage: shrinkage.data, value: lastMaskValue.data)
+        bank.add(key: tensors.key.data, shrinkage: tensors.shrinkage.data, value: tensors.lastMaskValue.data)
         lastMemoryT = t
-        sensory.copy(from: memoryFrameSensory)
+        tensors.sensory.copy(from: tensors.memoryFrameSensory)
     }
 
     /// One ordinary frame (t ≥ 1); the frame must already be in `image`.
@@ -225,36 +197,125 @@ final class MatAnyone2Core {
         let sinceMemory = t - lastMemoryT
         let isMemoryFrame = sinceMemory >= parameters.memEvery
         let updateSensory = staggerTimes.contains(sinceMemory)
-        try run(encode, .encoder)
+        try run(calls.encode, .encoder)
 
         let readStart = monotonicMs()
-        bank.read(queryKey: key.data, selection: selection.data, topK: parameters.topK, into: memoryReadout.data)
+        bank.read(queryKey: tensors.key.data, selection: tensors.selection.data, topK: parameters.topK, into: tensors.memoryReadout.data)
         memoryMs += monotonicMs() - readStart
 
-        let count = memoryReadout.count
-        let readout = memoryReadout.data, last = lastMaskValue.data
-        for index in 0..<count { memoryValueDifference.data[index] = readout[index] - last[index] }
-        try run(estimateUncertainty, .uncert)
+        let count = tensors.memoryReadout.count
+        let readout = tensors.memoryReadout.data, last = tensors.lastMaskValue.data
+        for index in 0..<count { tensors.memoryValueDifference.data[index] = readout[index] - last[index] }
+        try run(calls.estimateUncertainty, .uncert)
         // visual = readout·p + last_mask_value·(1 − p), p broadcast over channels.
-        let tokens = gridTokens, p = uncertainty.data, visual = visualReadout.data
+        let tokens = gridTokens, p = tensors.uncertainty.data, visual = tensors.visualReadout.data
         for channel in 0..<(count / tokens) {
             let base = channel * tokens
             for q in 0..<tokens { visual[base + q] = readout[base + q] * p[q] + last[base + q] * (1 - p[q]) }
         }
-        try run(readoutFromMemory, .readout)
-        try run(decode, .decoder)
-        if updateSensory { sensory.copy(from: decodedSensory) }
-        lastAlpha.copy(from: decodedAlpha)
-        lastPixFeat.copy(from: pixFeat)
+        try run(calls.readoutFromMemory, .readout)
+        try run(calls.decode, .decoder)
+        if updateSensory { tensors.sensory.copy(from: tensors.decodedSensory) }
+        tensors.lastAlpha.copy(from: tensors.decodedAlpha)
+        tensors.lastPixFeat.copy(from: tensors.pixFeat)
         if isMemoryFrame {
             try memorize()
         } else {
-            try run(encodeMask, .maskencoder)
+            try run(calls.encodeMask, .maskencoder)
         }
     }
 
     func clearTimings() {
         for index in modelMs.indices { modelMs[index] = 0 }
         memoryMs = 0
+    }
+}
+
+/// The tensors of one working size: storage owned here, bound once to the model calls that read or
+/// write them.
+private struct Tensors {
+    let image, f8, f4, f2, f1, pixFeat, key, shrinkage, selection: Tensor
+    let sensory, lastAlpha, lastPixFeat, lastMaskValue, objectMemory: Tensor
+    let memoryReadout, memoryValueDifference, uncertainty, visualReadout, memReadout: Tensor
+    let decodedAlpha, decodedSensory, memoryFrameSensory, objectSummary: Tensor
+
+    init(_ make: MatAnyone2Core.TensorMaker) throws {
+        image = try make(.encoder, "image")
+        f8 = try make(.encoder, "f8", output: true)
+        f4 = try make(.encoder, "f4", output: true)
+        f2 = try make(.encoder, "f2", output: true)
+        f1 = try make(.encoder, "f1", output: true)
+        pixFeat = try make(.encoder, "pix_feat", output: true)
+        key = try make(.encoder, "key", output: true)
+        shrinkage = try make(.encoder, "shrinkage", output: true)
+        selection = try make(.encoder, "selection", output: true)
+        sensory = try make(.decoder, "sensory")
+        lastAlpha = try make(.decoder, "alpha", output: true)
+        lastPixFeat = try make(.uncert, "last_pix_feat")
+        lastMaskValue = try make(.maskencoder, "mask_value", output: true)
+        objectMemory = try make(.readout, "obj_memory")
+        memoryReadout = try make(.readout, "visual_readout")
+        memoryValueDifference = try make(.uncert, "mem_val_diff")
+        uncertainty = try make(.uncert, "uncert_prob", output: true)
+        visualReadout = try make(.readout, "visual_readout")
+        memReadout = try make(.readout, "mem_readout", output: true)
+        decodedAlpha = try make(.decoder, "alpha", output: true)
+        decodedSensory = try make(.decoder, "sensory_out", output: true)
+        memoryFrameSensory = try make(.memframe, "sensory_out", output: true)
+        objectSummary = try make(.memframe, "obj_summary", output: true)
+    }
+
+    /// The glue writes and combines these tensors itself (the frame into `image`, the seed into the
+    /// alpha, element-wise blends between equal-sized ones): a manifest whose shapes disagree would
+    /// make it write past their ends, so they are checked here, naming the manifest.
+    func checkLayout(manifestPath: String, paddedHeight h: Int, paddedWidth w: Int) throws {
+        let exact: [(String, Tensor, [Int])] = [
+            ("encoder image", image, [1, 3, h, w]),
+            ("decoder alpha", lastAlpha, [1, 1, h, w]),
+            ("encoder shrinkage", shrinkage, [1, 1, h / 16, w / 16]),
+            ("uncert uncert_prob", uncertainty, [1, 1, h / 16, w / 16]),
+        ]
+        for (port, tensor, wanted) in exact where tensor.shape != wanted {
+            throw EngineError.modelInvalid(path: manifestPath, detail: "\(port) has shape \(tensor.shape) at this size, "
+                                           + "the engine needs \(wanted). Re-export the model set.")
+        }
+        let sameCount: [[Tensor]] = [
+            [key, selection], [lastAlpha, decodedAlpha], [pixFeat, lastPixFeat], [objectMemory, objectSummary],
+            [sensory, decodedSensory, memoryFrameSensory],
+            [lastMaskValue, memoryReadout, memoryValueDifference, visualReadout, memReadout],
+        ]
+        for group in sameCount where Set(group.map(\.count)).count > 1 {
+            throw EngineError.modelInvalid(path: manifestPath, detail: "tensors the engine combines element-wise have "
+                                           + "different shapes: \(group.map(\.shape)). Re-export the model set.")
+        }
+        for tensor in [key, lastMaskValue] where tensor.shape.count != 4 {
+            throw EngineError.modelInvalid(path: manifestPath, detail: "key and value tensors must be 4-D, not \(tensor.shape)")
+        }
+    }
+}
+
+/// The seven model calls of the step schedule, each bound once to its tensors.
+private struct Calls {
+    let encode, estimateUncertainty, readoutFromMemory, readoutFirstFrame, decode, encodeMask, memorizeFrame: Binding
+
+    init(sessions: [String: Session], _ t: Tensors) throws {
+        func bind(_ model: MatAnyone2Core.Model, _ inputs: [String: Tensor], _ outputs: [String: Tensor]) throws -> Binding {
+            try sessions[model.rawValue]!.bind(inputs: inputs, outputs: outputs)
+        }
+        encode = try bind(.encoder, ["image": t.image],
+                          ["f8": t.f8, "f4": t.f4, "f2": t.f2, "f1": t.f1, "pix_feat": t.pixFeat, "key": t.key,
+                           "shrinkage": t.shrinkage, "selection": t.selection])
+        estimateUncertainty = try bind(.uncert, ["last_pix_feat": t.lastPixFeat, "pix_feat": t.pixFeat, "last_mask": t.lastAlpha,
+                                                 "mem_val_diff": t.memoryValueDifference], ["uncert_prob": t.uncertainty])
+        readoutFromMemory = try bind(.readout, ["pix_feat": t.pixFeat, "visual_readout": t.visualReadout, "sensory": t.sensory,
+                                                "last_mask": t.lastAlpha, "obj_memory": t.objectMemory], ["mem_readout": t.memReadout])
+        // First-frame passes read no memory: the pixel-memory input is the last mask value itself.
+        readoutFirstFrame = try bind(.readout, ["pix_feat": t.pixFeat, "visual_readout": t.lastMaskValue, "sensory": t.sensory,
+                                                "last_mask": t.lastAlpha, "obj_memory": t.objectMemory], ["mem_readout": t.memReadout])
+        decode = try bind(.decoder, ["f8": t.f8, "f4": t.f4, "f2": t.f2, "f1": t.f1, "mem_readout": t.memReadout,
+                                     "sensory": t.sensory], ["alpha": t.decodedAlpha, "sensory_out": t.decodedSensory])
+        encodeMask = try bind(.maskencoder, ["f1": t.f1, "pix_feat": t.pixFeat, "mask": t.lastAlpha], ["mask_value": t.lastMaskValue])
+        memorizeFrame = try bind(.memframe, ["mask_value": t.lastMaskValue, "sensory": t.sensory, "mask": t.lastAlpha],
+                                 ["sensory_out": t.memoryFrameSensory, "obj_summary": t.objectSummary])
     }
 }

@@ -22,6 +22,7 @@ public final class MatAnyone2Engine: MattingEngine {
 
     private let manifest: ModelManifest
     private let sessions: [String: Session]
+    private let memoryBudget: Int
     private let segmenter: SegmenterEngine?
     private var core: MatAnyone2Core?
     private var down: Resampler?
@@ -32,8 +33,17 @@ public final class MatAnyone2Engine: MattingEngine {
     /// Fraction of the frame the segmenter must see as person before it seeds the tracker.
     static let minimumSeedCoverage = 0.005
 
-    public init(options: EngineOptions, parameters: MatAnyone2Parameters = MatAnyone2Parameters(),
-                workingShortSide: Int = 288, seed: SeedSource = .automatic) throws {
+    public convenience init(options: EngineOptions, parameters: MatAnyone2Parameters = MatAnyone2Parameters(),
+                            workingShortSide: Int = 288, seed: SeedSource = .automatic) throws {
+        do {
+            try self.init(unclassified: options, parameters: parameters, workingShortSide: workingShortSide, seed: seed)
+        } catch {
+            throw EngineError.classify(error, during: .starting)
+        }
+    }
+
+    private init(unclassified options: EngineOptions, parameters: MatAnyone2Parameters,
+                 workingShortSide: Int, seed: SeedSource) throws {
         try parameters.validate()
         guard workingShortSide == 0 || workingShortSide >= 16 else {
             throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
@@ -65,6 +75,7 @@ public final class MatAnyone2Engine: MattingEngine {
         }
         self.sessions = sessions
         self.parameters = parameters
+        memoryBudget = options.memoryBudget
         self.workingShortSide = workingShortSide
         seedSource = seed
         // The segmenter seeds automatically; without it only a mask can seed.
@@ -90,6 +101,7 @@ public final class MatAnyone2Engine: MattingEngine {
     }
 
     public var provider: ExecutionProvider { sessions["encoder"]!.provider }
+    public var precision: ModelPrecision { manifest.precision }
 
     public func reset() {
         core?.reset()
@@ -101,6 +113,8 @@ public final class MatAnyone2Engine: MattingEngine {
         core?.reset()
     }
 
+    public func replaceSeed(_ source: SeedSource) { seedSource = source }
+
     public var isSeeded: Bool { core?.started ?? false }
 
     /// Builds the core for this size and times one seed step plus one pass on a blank frame (about one
@@ -108,6 +122,10 @@ public final class MatAnyone2Engine: MattingEngine {
     /// automatic seeding the segmenter runs once too (untimed: it is not part of an ordinary frame),
     /// so the first frames, which it looks at, do not pay its runtime's first run.
     public func warmUp(width: Int, height: Int) throws -> Double {
+        try EngineError.boundary(.processing) { try timedWarmUp(width: width, height: height) }
+    }
+
+    private func timedWarmUp(width: Int, height: Int) throws -> Double {
         let black = [UInt8](repeating: 0, count: width * height * 4)
         let start = monotonicMs()
         try black.withUnsafeBufferPointer { pixels in
@@ -134,6 +152,10 @@ public final class MatAnyone2Engine: MattingEngine {
     }
 
     public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        try EngineError.boundary(.processing) { try matteFrame(frame, into: alpha, report: &report) }
+    }
+
+    private func matteFrame(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         let start = monotonicMs()
         let core = try prepare(for: frame)
         core.clearTimings()
@@ -181,18 +203,61 @@ public final class MatAnyone2Engine: MattingEngine {
     private func prepare(for frame: BGRAImage) throws -> MatAnyone2Core {
         if let core, down?.sourceWidth == frame.width, down?.sourceHeight == frame.height { return core }
         let size = MatAnyone2Engine.workingSize(width: frame.width, height: frame.height, shortSide: workingShortSide)
-        let core = try MatAnyone2Core(manifest: manifest, sessions: sessions, width: size.width, height: size.height,
-                                      parameters: parameters)
+        try checkMemory(width: size.width, height: size.height, frameWidth: frame.width, frameHeight: frame.height)
+        let core = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
+                                      width: size.width, height: size.height, parameters: parameters)
         down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
         up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)
         self.core = core
         return core
     }
 
+    /// What ONNX Runtime holds per padded working pixel while the models run (activations and their
+    /// workspaces), measured: peak RSS grows by ~2.7 KB per pixel from 256×144 to 512×288.
+    static let runtimeBytesPerPixel = 3 << 10
+
+    /// Memory one working size needs: the runtime's share, the engine's tensors (a few hundred floats
+    /// per grid cell, counted in the runtime's share) and the memory bank. nil: beyond any machine.
+    static func memoryNeeded(width: Int, height: Int, keyDim: Int, valueDim: Int, maxFrames: Int) -> Int? {
+        let padded = MatAnyone2Core.paddedSize(width: width, height: height)
+        return checkedSum([
+            checkedProduct([padded.width, padded.height, runtimeBytesPerPixel]),
+            MemoryBank.bytesNeeded(keyDim: keyDim, valueDim: valueDim,
+                                   tokensPerFrame: padded.width / 16 * (padded.height / 16), maxFrames: maxFrames),
+        ])
+    }
+
+    /// Refuses a working size that would not fit the memory budget, naming the largest that would.
+    private func checkMemory(width: Int, height: Int, frameWidth: Int, frameHeight: Int) throws {
+        let channels = { (port: String) -> Int in
+            let shape = self.manifest.models["encoder"]?.outputs.first { $0.name == port }?.shape ?? []
+            return shape.count > 1 && shape[1] > 0 ? shape[1] : 256
+        }
+        let (keyDim, valueDim) = (channels("key"), channels("pix_feat"))
+        let needed = { (w: Int, h: Int) in
+            MatAnyone2Engine.memoryNeeded(width: w, height: h, keyDim: keyDim, valueDim: valueDim,
+                                          maxFrames: self.parameters.maxMemFrames)
+        }
+        if let bytes = needed(width, height), bytes <= memoryBudget { return }
+        let asked = workingShortSide == 0 ? "working-size=0 (the frame's \(frameWidth)×\(frameHeight))"
+                                          : "working-size=\(workingShortSide) (\(width)×\(height))"
+        let need = needed(width, height).map(MemoryBudget.describe) ?? "more than any machine has"
+        var advice = "no working size fits it; lower max-mem-frames"
+        for short in stride(from: min(width, height) / 16 * 16, through: 16, by: -16) {
+            let size = MatAnyone2Engine.workingSize(width: frameWidth, height: frameHeight, shortSide: short)
+            if let bytes = needed(size.width, size.height), bytes <= memoryBudget {
+                advice = "the largest that fits is working-size=\(short) (\(size.width)×\(size.height))"
+                break
+            }
+        }
+        throw EngineError.badSettings(detail: "\(asked) needs about \(need), over this machine's budget of "
+                                      + "\(MemoryBudget.describe(memoryBudget)) (3/4 of its memory); \(advice)")
+    }
+
     /// The seed alpha at working size, or nil when there is nothing to seed with yet.
     private func seedMask(for frame: BGRAImage, report: inout FrameReport) throws -> [Float]? {
         guard let core else { return nil }
-        var mask: [UInt8]
+        var mask: [Float]
         switch seedSource {
         case let .mask(pixels, width, height):
             mask = MatAnyone2Engine.resample(pixels, width: width, height: height, toWidth: core.width, toHeight: core.height)
@@ -218,17 +283,15 @@ public final class MatAnyone2Engine: MattingEngine {
                                 dilate: parameters.seedDilate, erode: parameters.seedErode)
     }
 
-    static func resample(_ pixels: [UInt8], width: Int, height: Int, toWidth: Int, toHeight: Int) -> [UInt8] {
-        if width == toWidth && height == toHeight { return pixels }
+    /// An 8-bit mask → values in [0, 1] at another size (SeedMask.prepare quantises them once).
+    static func resample(_ pixels: [UInt8], width: Int, height: Int, toWidth: Int, toHeight: Int) -> [Float] {
         var source = pixels
         var floats = [Float](repeating: 0, count: toWidth * toHeight)
-        var out = [UInt8](repeating: 0, count: toWidth * toHeight)
         let resampler = Resampler(sourceWidth: width, sourceHeight: height, targetWidth: toWidth, targetHeight: toHeight)
         source.withUnsafeMutableBufferPointer { input in
             resampler.resample(GrayImage(base: input.baseAddress!, width: width, height: height, stride: width),
                                into: &floats, destinationStride: toWidth)
         }
-        for index in floats.indices { out[index] = UInt8(min(max(floats[index] * 255 + 0.5, 0), 255)) }
-        return out
+        return floats
     }
 }

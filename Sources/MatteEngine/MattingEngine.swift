@@ -8,6 +8,28 @@ public enum EngineKind: String, CaseIterable, Sendable {
     case matanyone2
 }
 
+/// Which engine a user asks for; `auto` is resolved by `makeEngine`.
+public enum EngineChoice: String, CaseIterable, Sendable {
+    case auto, segmenter, matanyone2
+}
+
+/// The engine for `choice`: `auto` runs MatAnyone2 when a MatAnyone2 set is installed, else the
+/// segmenter. Either precision's set counts, so that with precision=int8 and only the fp32 set the
+/// user gets the error that says how to make the int8 set rather than a silent switch.
+public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameters: MatAnyone2Parameters,
+                       workingShortSide: Int, seed: () throws -> SeedSource) throws -> MattingEngine {
+    let useMatAnyone2: Bool
+    switch choice {
+    case .segmenter: useMatAnyone2 = false
+    case .matanyone2: useMatAnyone2 = true
+    case .auto:
+        useMatAnyone2 = ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision)
+            || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .fp32)
+    }
+    guard useMatAnyone2 else { return try SegmenterEngine(options: options) }
+    return try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: workingShortSide, seed: try seed())
+}
+
 /// What an engine needs to start: where the models and the runtime are, and how to run sessions.
 public struct EngineOptions: Equatable, Sendable {
     public var modelDir: String
@@ -15,12 +37,16 @@ public struct EngineOptions: Equatable, Sendable {
     public var session: SessionConfig
     /// Which MatAnyone2 set to load (the segmenter is fp32 only).
     public var precision: ModelPrecision
+    /// Bytes one working size may take (MatAnyone2): larger sizes are refused with the largest that fits.
+    public var memoryBudget: Int
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
-                session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32) {
+                session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
+                memoryBudget: Int = MemoryBudget.default) {
         self.modelDir = modelDir
         self.runtimeLibrary = runtimeLibrary
         self.session = session
         self.precision = precision
+        self.memoryBudget = memoryBudget
     }
 }
 
@@ -53,6 +79,8 @@ public struct FrameReport {
 /// A matting backend: BGRA frame in, alpha plane of the same size out. Never sees GStreamer.
 public protocol MattingEngine: AnyObject {
     var kind: EngineKind { get }
+    /// The precision of the models it runs.
+    var precision: ModelPrecision { get }
     /// Names of the models whose times `FrameReport.modelMs` carries, in that order.
     var modelNames: [String] { get }
     /// Where the models run (`auto` resolved).
@@ -63,14 +91,19 @@ public protocol MattingEngine: AnyObject {
     func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws
     /// Forgets the track and seeds again on the next frame, from `source` (nil: as configured).
     func reseed(_ source: SeedSource?)
+    /// Seeds from `source` from the next (re)seed on, without interrupting the current track.
+    func replaceSeed(_ source: SeedSource)
     /// Prepares for frames of this size (allocations, the runtime's first run) and returns what one
     /// frame costs in ms; leaves no temporal state behind.
     func warmUp(width: Int, height: Int) throws -> Double
 }
 
 extension MattingEngine {
+    public var precision: ModelPrecision { .fp32 }
+
     /// Stateless engines have nothing to seed.
     public func reseed(_ source: SeedSource?) {}
+    public func replaceSeed(_ source: SeedSource) {}
 
     /// One frame of black, timed.
     public func warmUp(width: Int, height: Int) throws -> Double {

@@ -19,36 +19,69 @@ final class MemoryBank {
     private let keysSquared: UnsafeMutablePointer<Float>  // [maxFrames·HW, CK]
     private let shrinkage: UnsafeMutablePointer<Float>    // [maxFrames·HW]
     private let values: UnsafeMutablePointer<Float>       // [maxFrames·HW, CV]
-    // Scratch for a read, sized for a full bank.
-    private let similarity: UnsafeMutablePointer<Float>   // [HW, maxFrames·HW], query-major
+    // Scratch for a read, sized for a full bank: similarity rows for `queryBlock` queries at a time,
+    // so the scratch stays bounded however large the working size (a whole [HW, maxFrames·HW] matrix
+    // is quadratic in the pixels: 24 GB at 4096×2160).
+    private let queryBlock: Int
+    private let similarity: UnsafeMutablePointer<Float>   // [queryBlock, maxFrames·HW], query-major
     private let weightedQuery: UnsafeMutablePointer<Float>  // [CK, HW]
     private let querySquared: UnsafeMutablePointer<Float>   // [HW]
     private var topIndex: [Int]
     private var topValue: [Float]
     private var column: [Float]
 
-    init(keyDim: Int, valueDim: Int, tokensPerFrame: Int, maxFrames: Int) {
-        precondition(maxFrames >= 1)
+    /// Bytes of similarity scratch a read may use (one block of query rows).
+    static let similarityScratchBytes = 32 << 20
+
+    init(keyDim: Int, valueDim: Int, tokensPerFrame: Int, maxFrames: Int) throws {
+        guard keyDim > 0, valueDim > 0, tokensPerFrame > 0, maxFrames >= 1,
+              MemoryBank.bytesNeeded(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: tokensPerFrame,
+                                     maxFrames: maxFrames) != nil else {
+            throw EngineError.badSettings(detail: "a memory bank of \(maxFrames) frames × \(tokensPerFrame) tokens × "
+                                          + "\(keyDim)+\(valueDim) channels does not fit in memory")
+        }
         self.keyDim = keyDim
         self.valueDim = valueDim
         self.tokensPerFrame = tokensPerFrame
         self.maxFrames = maxFrames
         let capacity = maxFrames * tokensPerFrame
-        keys = .allocate(capacity: capacity * keyDim)
-        keysSquared = .allocate(capacity: capacity * keyDim)
-        shrinkage = .allocate(capacity: capacity)
-        values = .allocate(capacity: capacity * valueDim)
-        similarity = .allocate(capacity: tokensPerFrame * capacity)
-        weightedQuery = .allocate(capacity: keyDim * tokensPerFrame)
-        querySquared = .allocate(capacity: tokensPerFrame)
+        queryBlock = MemoryBank.queryBlock(tokensPerFrame: tokensPerFrame, maxFrames: maxFrames)
+        // All or nothing: what was allocated before a refusal is freed again.
+        var owned: [UnsafeMutablePointer<Float>] = []
+        do {
+            for count in [capacity * keyDim, capacity * keyDim, capacity, capacity * valueDim, queryBlock * capacity,
+                          keyDim * tokensPerFrame, tokensPerFrame] {
+                owned.append(try allocateFloats(count, for: "the memory bank"))
+            }
+        } catch {
+            owned.forEach { free($0) }
+            throw error
+        }
+        (keys, keysSquared, shrinkage, values) = (owned[0], owned[1], owned[2], owned[3])
+        (similarity, weightedQuery, querySquared) = (owned[4], owned[5], owned[6])
         topIndex = []
         topValue = []
         column = [Float](repeating: 0, count: valueDim)
     }
 
+    private static func queryBlock(tokensPerFrame: Int, maxFrames: Int) -> Int {
+        guard let rowBytes = checkedProduct([maxFrames, tokensPerFrame, MemoryLayout<Float>.size]), rowBytes > 0 else { return 1 }
+        return min(tokensPerFrame, max(1, similarityScratchBytes / rowBytes))
+    }
+
+    /// What a bank of this size allocates, in bytes; nil when the arithmetic overflows.
+    static func bytesNeeded(keyDim: Int, valueDim: Int, tokensPerFrame: Int, maxFrames: Int) -> Int? {
+        let block = queryBlock(tokensPerFrame: max(tokensPerFrame, 1), maxFrames: max(maxFrames, 1))
+        return checkedSum([
+            checkedProduct([maxFrames, tokensPerFrame, 2 * keyDim + 1 + valueDim]),  // keys, keys², shrinkage, values
+            checkedProduct([block, maxFrames, tokensPerFrame]),                      // similarity block
+            checkedProduct([keyDim + 1, tokensPerFrame]),                            // weighted query, query²
+        ]).flatMap { checkedProduct([$0, MemoryLayout<Float>.size]) }
+    }
+
     deinit {
         for pointer in [keys, keysSquared, shrinkage, values, similarity, weightedQuery, querySquared] {
-            pointer.deallocate()
+            free(pointer)
         }
     }
 
@@ -106,11 +139,6 @@ final class MemoryBank {
         for c in 0..<ck {
             for q in 0..<hw { querySquared[q] += weightedQuery[c * hw + q] * queryKey[c * hw + q] }
         }
-        // S = −selᵀ·(mk²)ᵀ + 2·(qk⊙sel)ᵀ·mkᵀ, query-major [HW, N].
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, Int32(hw), Int32(n), Int32(ck),
-                    -1, selection, Int32(hw), keysSquared, Int32(ck), 0, similarity, Int32(n))
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, Int32(hw), Int32(n), Int32(ck),
-                    2, weightedQuery, Int32(hw), keys, Int32(ck), 1, similarity, Int32(n))
         let scale = 1 / Float(ck).squareRoot()
         let k = min(topK, n)
         if topIndex.count != k {
@@ -122,7 +150,9 @@ final class MemoryBank {
         column.withUnsafeMutableBufferPointer { columnBuffer in
             let best = indexBuffer.baseAddress!, bestValue = valueBuffer.baseAddress!, sum = columnBuffer.baseAddress!
             for q in 0..<hw {
-                let row = similarity + q * n
+                let blockRow = q % queryBlock
+                if blockRow == 0 { computeSimilarity(from: q, selection: selection, count: n) }
+                let row = similarity + blockRow * n
                 let bSquared = querySquared[q]
                 for m in 0..<n { row[m] = (row[m] - bSquared) * shrinkage[m] * scale }
                 MemoryBank.selectTop(k, of: row, count: n, index: best, value: bestValue)
@@ -143,6 +173,17 @@ final class MemoryBank {
                 for c in 0..<cv { readout[c * hw + q] = sum[c] }
             }
         }}}
+    }
+
+    /// Similarity rows for queries first..<first + queryBlock (fewer at the end):
+    /// S = −selᵀ·(mk²)ᵀ + 2·(qk⊙sel)ᵀ·mkᵀ, query-major [rows, N], before the query² and shrinkage terms.
+    private func computeSimilarity(from first: Int, selection: UnsafePointer<Float>, count n: Int) {
+        let hw = tokensPerFrame, ck = keyDim
+        let rows = min(queryBlock, hw - first)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, Int32(rows), Int32(n), Int32(ck),
+                    -1, selection + first, Int32(hw), keysSquared, Int32(ck), 0, similarity, Int32(n))
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, Int32(rows), Int32(n), Int32(ck),
+                    2, weightedQuery + first, Int32(hw), keys, Int32(ck), 1, similarity, Int32(n))
     }
 
     /// The `k` largest of `row[0..<count]`, sorted descending, by insertion into a small sorted list.

@@ -13,14 +13,21 @@ public enum ModelLocations {
     public static var defaultModelDir: String { dataRoot + "/models" }
 
     /// The folder of one engine's model set inside `modelDir`. A `modelDir` that itself holds a
-    /// manifest for that engine is accepted too, so users can point straight at a set.
+    /// manifest for that engine is accepted too, so users can point straight at a set; so is one
+    /// whose manifest cannot be read, when it has no such subfolder (the error then names it).
     public static func engineDir(modelDir: String, engine: String) -> String {
-        let direct = modelDir + "/manifest.json"
-        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine,
-           FileManager.default.fileExists(atPath: direct) {
+        setFolder(modelDir: modelDir, engine: engine, subfolder: engine)
+    }
+
+    private static func setFolder(modelDir: String, engine: String, subfolder: String) -> String {
+        let nested = modelDir + "/" + subfolder
+        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine { return modelDir }
+        var info = stat()
+        let hasOwnManifest = lstat(modelDir + "/manifest.json", &info) == 0
+        if hasOwnManifest, !FileManager.default.fileExists(atPath: nested), (try? ModelManifest.load(directory: modelDir)) == nil {
             return modelDir
         }
-        return modelDir + "/" + engine
+        return nested
     }
 
     public static func hasModelSet(modelDir: String, engine: String) -> Bool {
@@ -32,10 +39,7 @@ public enum ModelLocations {
     /// taken as it is, so that the engine can say which precision it holds if it is the wrong one.
     public static func matAnyone2Dir(modelDir: String, precision: ModelPrecision) -> String {
         let engine = EngineKind.matanyone2.rawValue
-        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine {
-            return modelDir
-        }
-        return modelDir + "/" + (precision == .fp32 ? engine : engine + "-" + precision.rawValue)
+        return setFolder(modelDir: modelDir, engine: engine, subfolder: precision == .fp32 ? engine : engine + "-" + precision.rawValue)
     }
 
     public static func hasMatAnyone2Set(modelDir: String, precision: ModelPrecision) -> Bool {
@@ -48,8 +52,9 @@ public enum ModelPrecision: String, CaseIterable, Sendable {
     case fp32, int8
 }
 
-/// `manifest.json` beside each model set: which engine it serves, its licence and each model file with
-/// the inputs and outputs the engine expects. Written by the Python tools (`tools/`).
+/// `manifest.json` beside each model set: which engine it serves and each model file (confined to the
+/// set's folder, with its sha256 when the tools recorded one) with the inputs and outputs the engine
+/// expects. Written by the Python tools (`tools/`).
 public struct ModelManifest: Decodable {
     public struct Port: Decodable {
         public let name: String
@@ -57,40 +62,43 @@ public struct ModelManifest: Decodable {
         public let shape: [Int]
         /// Per dimension: nil for a fixed size, else the exporter's symbol ("H", "W/16", …).
         public let symbols: [String?]
-        public let dtype: String?
 
         /// The shape for a padded working size: "H"/"W" are the size, "H/16" a sixteenth, etc.
         public func concreteShape(height: Int, width: Int) throws -> [Int] {
             try zip(shape, symbols).map { size, symbol in
                 guard let symbol else { return size }
-                let parts = symbol.split(separator: "/")
-                guard let axis = parts.first, axis == "H" || axis == "W" else {
-                    throw EngineError.modelInvalid(path: name, detail: "unknown dimension '\(symbol)' of '\(name)'")
-                }
-                let divisor = parts.count > 1 ? Int(parts[1]) ?? 0 : 1
-                guard divisor > 0 else {
+                let parts = symbol.split(separator: "/", omittingEmptySubsequences: false)
+                let divisor = parts.count == 2 ? Int(parts[1]) ?? 0 : (parts.count == 1 ? 1 : 0)
+                guard let axis = parts.first, axis == "H" || axis == "W", divisor > 0 else {
                     throw EngineError.modelInvalid(path: name, detail: "unknown dimension '\(symbol)' of '\(name)'")
                 }
                 return (axis == "H" ? height : width) / divisor
             }
         }
 
-        enum CodingKeys: String, CodingKey { case name, shape, dtype }
+        enum CodingKeys: String, CodingKey { case name, shape }
         public init(from decoder: Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             name = try container.decode(String.self, forKey: .name)
-            dtype = try container.decodeIfPresent(String.self, forKey: .dtype)
             var dims = try container.nestedUnkeyedContainer(forKey: .shape)
             var shape: [Int] = []
             var symbols: [String?] = []
             while !dims.isAtEnd {
                 if let value = try? dims.decode(Int.self) {
+                    // A fixed size must be a real one: negative sizes would read as "dynamic" below.
+                    guard value >= 1, value <= 1 << 24 else {
+                        throw DecodingError.dataCorruptedError(in: dims, debugDescription:
+                            "dimension \(value) of '\(name)' is not a size (1 … 16777216)")
+                    }
                     shape.append(value)
                     symbols.append(nil)
                 } else {
                     symbols.append(try dims.decode(String.self))
                     shape.append(-1)
                 }
+            }
+            guard shape.count <= 8 else {
+                throw DecodingError.dataCorruptedError(in: dims, debugDescription: "'\(name)' has \(shape.count) dimensions")
             }
             self.shape = shape
             self.symbols = symbols
@@ -106,42 +114,29 @@ public struct ModelManifest: Decodable {
 
     public let format: Int
     public let engine: String
-    public let license: String?
     public let models: [String: Model]
-    /// Engine parameters recorded by the exporter (e.g. MatAnyone2's key_dim); all optional.
-    public let config: [String: Double]?
     public let dynamicSize: Bool?
-    public let sizeMultiple: Int?
     /// int8 when the quantizer wrote the set (its manifest has an `int8` section), else fp32.
     public let precision: ModelPrecision
 
     enum CodingKeys: String, CodingKey {
-        case format, engine, license, models, config, int8
+        case format, engine, models, int8
         case dynamicSize = "dynamic_size"
-        case sizeMultiple = "size_multiple"
     }
 
     public init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         format = try container.decode(Int.self, forKey: .format)
         engine = try container.decode(String.self, forKey: .engine)
-        license = try container.decodeIfPresent(String.self, forKey: .license)
         models = try container.decode([String: Model].self, forKey: .models)
-        // Only the numeric entries of config matter to the engine; others are informational.
-        config = (try? container.decodeIfPresent([String: LenientNumber].self, forKey: .config))?
-            .flatMap { $0.compactMapValues(\.value) }
         dynamicSize = try container.decodeIfPresent(Bool.self, forKey: .dynamicSize)
-        sizeMultiple = try container.decodeIfPresent(Int.self, forKey: .sizeMultiple)
         precision = container.contains(.int8) ? .int8 : .fp32
     }
 
-    private struct LenientNumber: Decodable {
-        let value: Double?
-        init(from decoder: Decoder) throws {
-            let container = try decoder.singleValueContainer()
-            value = try? container.decode(Double.self)
-        }
-    }
+    /// Manifests are a few KB; anything past this is not one (and is not read whole).
+    static let maximumManifestBytes = 16 << 20
+    /// ONNX files cannot pass 2 GiB (protobuf's limit).
+    static let maximumModelBytes = 2 << 30
 
     public static func load(directory: String) throws -> ModelManifest {
         let path = directory + "/manifest.json"
@@ -149,17 +144,35 @@ public struct ModelManifest: Decodable {
         guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
             throw EngineError.modelMissing(path: directory, hint: "The model folder does not exist. " + setupHint)
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
+        let bytes: [UInt8]
+        do {
+            bytes = try SafeFile.read(path, maxBytes: maximumManifestBytes)
+        } catch FileProblem.missing {
             throw EngineError.modelMissing(path: path, hint: "The model folder has no manifest.json. " + setupHint)
+        } catch let problem as FileProblem {
+            throw fileError(path, problem)
         }
         do {
-            return try JSONDecoder().decode(ModelManifest.self, from: data)
+            return try JSONDecoder().decode(ModelManifest.self, from: Data(bytes))
         } catch {
             throw EngineError.modelInvalid(path: path, detail: "manifest.json cannot be read (\(error)). " + setupHint)
         }
     }
 
-    /// Checks that the manifest serves `engine`, lists `required` models and that each file exists.
+    /// A file of the set that exists but cannot be used, as the user should read it.
+    static func fileError(_ path: String, _ problem: FileProblem) -> EngineError {
+        switch problem {
+        case .missing:
+            return .modelMissing(path: path, hint: "The manifest lists it but the file is absent. " + setupHint)
+        case .permissionDenied:
+            return .fileUnreadable(path: path, detail: "permission denied; make it readable by this user")
+        default:
+            return .modelInvalid(path: path, detail: "it \(problem). " + setupHint)
+        }
+    }
+
+    /// Checks that the manifest serves `engine`, lists `required` models and that each file exists
+    /// inside the set's folder.
     public func validate(directory: String, engine expected: String, required: [String]) throws {
         let path = directory + "/manifest.json"
         guard format == 1 else {
@@ -169,22 +182,51 @@ public struct ModelManifest: Decodable {
             throw EngineError.modelInvalid(path: path, detail: "manifest is for engine '\(engine)', not '\(expected)'")
         }
         for name in required {
-            guard let model = models[name] else {
+            guard models[name] != nil else {
                 throw EngineError.modelInvalid(path: path, detail: "manifest lists no model '\(name)'")
             }
-            let file = directory + "/" + model.file
-            guard FileManager.default.fileExists(atPath: file) else {
-                throw EngineError.modelMissing(path: file, hint: "The manifest lists it but the file is absent. " + setupHint)
-            }
+            _ = try modelFile(name, directory: directory)
         }
     }
 
-    /// Opens model `name` and checks its declared ports against the manifest, so a manifest and file
-    /// that disagree fail at start, not on the first frame.
+    /// The resolved path of model `name`'s file: a name inside the set's folder (no absolute path, no
+    /// `..`, no symlink leading out), so a manifest cannot make the element read other files.
+    func modelFile(_ name: String, directory: String) throws -> String {
+        let listed = models[name]?.file ?? ""
+        do {
+            let resolved = try SafeFile.resolve(listed, inside: directory)
+            _ = try SafeFile.checkRegular(resolved, maxBytes: ModelManifest.maximumModelBytes)
+            return resolved
+        } catch let problem as FileProblem {
+            let shown = listed.hasPrefix("/") ? listed : directory + "/" + listed
+            if case .outsideFolder = problem {
+                throw EngineError.modelInvalid(path: directory + "/manifest.json",
+                                               detail: "model '\(name)' names '\(listed)', which \(problem). Re-export the model set.")
+            }
+            throw ModelManifest.fileError(shown, problem)
+        }
+    }
+
+    /// Opens model `name` (its bytes read once, checked against the manifest's sha256 when it gives one)
+    /// and checks its declared ports against the manifest, so a manifest and file that disagree fail at
+    /// start, not on the first frame.
     public func openSession(_ name: String, directory: String, runtime: OnnxRuntime, config: SessionConfig) throws -> Session {
         let model = models[name]!
-        let file = directory + "/" + model.file
-        let session = try Session(runtime: runtime, name: name, path: file, config: config)
+        let file = try modelFile(name, directory: directory)
+        let bytes: [UInt8]
+        do {
+            bytes = try SafeFile.read(file, maxBytes: ModelManifest.maximumModelBytes)
+        } catch let problem as FileProblem {
+            throw ModelManifest.fileError(file, problem)
+        }
+        if let expected = model.sha256?.lowercased() {
+            let actual = bytes.withUnsafeBytes { SafeFile.sha256($0) }.map { String(format: "%02x", $0) }.joined()
+            guard actual == expected else {
+                throw EngineError.modelInvalid(path: file, detail: "its sha256 is \(actual) but the manifest says \(expected): "
+                                               + "the file is damaged or was replaced. " + setupHint)
+            }
+        }
+        let session = try Session(runtime: runtime, name: name, path: file, model: bytes, config: config)
         let declared = (model.inputs, model.outputs)
         for (ports, actual, kind) in [(declared.0, session.inputs, "input"), (declared.1, session.outputs, "output")] {
             for port in ports {

@@ -53,6 +53,8 @@ public final class OnnxRuntime {
                 let runtime = try OnnxRuntime(path: path)
                 loaded[path] = runtime
                 return runtime
+            } catch let error as RuntimeCallError {
+                failures.append("\(path): \(error)")
             } catch let EngineError.runtimeUnavailable(detail) {
                 failures.append(detail)
             }
@@ -63,6 +65,7 @@ public final class OnnxRuntime {
     }
 
     private init(path: String) throws {
+        try OnnxRuntime.checkLibraryFile(path)
         // The PyPI build of the library phones home from CreateEnv unless this is set before it loads.
         setenv("ORT_DISABLE_TELEMETRY", "1", 1)
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
@@ -85,35 +88,53 @@ public final class OnnxRuntime {
                 detail: "\(path) is ONNX Runtime \(version), older than the 1.\(ORT_API_VERSION) API this plugin needs")
         }
         var env: OpaquePointer?
-        try OnnxRuntime.check(api, api.pointee.CreateEnv(ORT_LOGGING_LEVEL_ERROR, "matanyone", &env))
+        // ONNX Runtime's own log goes where the engine's goes (the element's debug category).
+        try OnnxRuntime.check(api, api.pointee.CreateEnvWithCustomLogger(EngineLog.runtimeCallback, nil, EngineLog.runtimeLevel,
+                                                                         "matanyone", &env), "CreateEnvWithCustomLogger")
         guard let env else { throw EngineError.runtimeUnavailable(detail: "CreateEnv returned nothing") }
         _ = api.pointee.DisableTelemetryEvents(env)
         var memory: OpaquePointer?
-        try OnnxRuntime.check(api, api.pointee.CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &memory))
+        try OnnxRuntime.check(api, api.pointee.CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &memory), "CreateCpuMemoryInfo")
         self.api = api
         self.env = env
         self.cpuMemory = memory!
         self.libraryPath = path
         self.version = version
+        EngineLog.write(.info, "loaded ONNX Runtime \(version) from \(path)")
+    }
+
+    /// A named library file (a path, not a bare name for the loader's search) must be a whole ELF
+    /// shared object before `dlopen` sees it: dlopen blocks forever on a FIFO and dies of SIGBUS on a
+    /// truncated file when it touches the missing pages.
+    private static func checkLibraryFile(_ path: String) throws {
+        guard path.contains("/") else { return }
+        do {
+            try SafeFile.checkSharedLibrary(path)
+        } catch let problem as FileProblem {
+            throw EngineError.runtimeUnavailable(detail: "cannot load \(path): it \(problem)")
+        }
     }
 
     /// Providers compiled into the loaded library, e.g. ["CUDAExecutionProvider", "CPUExecutionProvider"].
     public func availableProviders() -> [String] {
         var list: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         var count: Int32 = 0
-        guard (try? check(api.pointee.GetAvailableProviders(&list, &count))) != nil, let list else { return [] }
+        guard (try? check(api.pointee.GetAvailableProviders(&list, &count), "GetAvailableProviders")) != nil, let list else { return [] }
         defer { _ = api.pointee.ReleaseAvailableProviders(list, count) }
         return (0..<Int(count)).compactMap { list[$0].map { String(cString: $0) } }
     }
 
-    static func check(_ api: UnsafePointer<OrtApi>, _ status: OpaquePointer?) throws {
+    /// Turns a failed call's status into a `RuntimeCallError` naming the call; what kind of failure it
+    /// is for the user (a bad model, a broken runtime, a failing frame) is decided by the engine that
+    /// made the call (`EngineError.classify`).
+    static func check(_ api: UnsafePointer<OrtApi>, _ status: OpaquePointer?, _ call: String) throws {
         guard let status else { return }
         let message = api.pointee.GetErrorMessage(status).map { String(cString: $0) } ?? "unknown error"
         api.pointee.ReleaseStatus(status)
-        throw EngineError.runtimeUnavailable(detail: message)
+        throw RuntimeCallError(call: call, message: message)
     }
 
-    func check(_ status: OpaquePointer?) throws { try OnnxRuntime.check(api, status) }
+    func check(_ status: OpaquePointer?, _ call: String) throws { try OnnxRuntime.check(api, status, call) }
 }
 
 /// Execution providers the element can ask for.
@@ -151,20 +172,27 @@ public final class Tensor {
     public let data: UnsafeMutablePointer<Float>
     let value: OpaquePointer
 
-    public init(runtime: OnnxRuntime, shape: [Int]) throws {
+    /// Shapes come from manifests and sizes from caps: the element count is checked (no negative
+    /// dimension, no overflow) and an allocation the machine refuses is an error, not an abort.
+    public init(runtime: OnnxRuntime, shape: [Int], name: String = "tensor") throws {
+        guard let count = checkedProduct(shape), let bytes = checkedProduct([max(count, 1), MemoryLayout<Float>.size]) else {
+            throw EngineError.modelInvalid(path: name, detail: "shape \(shape) has a negative dimension or more elements than fit in memory")
+        }
+        guard let storage = calloc(max(count, 1), MemoryLayout<Float>.size) else {
+            throw EngineError.badSettings(detail: "cannot allocate \(MemoryBudget.describe(bytes)) for '\(name)' \(shape)")
+        }
         self.shape = shape
-        count = shape.reduce(1, *)
-        data = .allocate(capacity: max(count, 1))
-        data.initialize(repeating: 0, count: max(count, 1))
+        self.count = count
+        data = storage.bindMemory(to: Float.self, capacity: max(count, 1))
         var dims = shape.map { Int64($0) }
         var created: OpaquePointer?
         let status = runtime.api.pointee.CreateTensorWithDataAsOrtValue(
             runtime.cpuMemory, data, count * MemoryLayout<Float>.size, &dims, dims.count,
             ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &created)
         do {
-            try runtime.check(status)
+            try runtime.check(status, "CreateTensorWithDataAsOrtValue")
         } catch {
-            data.deallocate()
+            free(storage)
             throw error
         }
         value = created!
@@ -175,7 +203,7 @@ public final class Tensor {
 
     deinit {
         api.pointee.ReleaseValue(value)
-        data.deallocate()
+        free(data)
     }
 
     public var buffer: UnsafeMutableBufferPointer<Float> { UnsafeMutableBufferPointer(start: data, count: count) }
@@ -205,25 +233,37 @@ public final class Session {
     let runtime: OnnxRuntime
     let handle: OpaquePointer
 
-    public init(runtime: OnnxRuntime, name: String, path: String, config: SessionConfig) throws {
+    /// `model` is the ONNX file's content (read and checked by the caller); `path` names it in messages.
+    public init(runtime: OnnxRuntime, name: String, path: String, model: [UInt8], config: SessionConfig) throws {
         self.runtime = runtime
         self.name = name
         self.path = path
         let api = runtime.api.pointee
+        // Failures name this model; what they mean for the user is decided by the engine.
+        func check(_ status: OpaquePointer?, _ call: String) throws {
+            do {
+                try runtime.check(status, call)
+            } catch var error as RuntimeCallError {
+                error.model = name
+                error.file = path
+                throw error
+            }
+        }
         var options: OpaquePointer?
-        try runtime.check(api.CreateSessionOptions(&options))
+        try check(api.CreateSessionOptions(&options), "CreateSessionOptions")
         defer { api.ReleaseSessionOptions(options) }
-        try runtime.check(api.SetSessionGraphOptimizationLevel(options, ORT_ENABLE_ALL))
-        try runtime.check(api.SetIntraOpNumThreads(options, Int32(config.threads)))
-        try runtime.check(api.SetInterOpNumThreads(options, 1))
-        try runtime.check(api.AddSessionConfigEntry(options, "session.intra_op.allow_spinning", "0"))
-        try runtime.check(api.AddSessionConfigEntry(options, "session.inter_op.allow_spinning", "0"))
+        try check(api.SetSessionGraphOptimizationLevel(options, ORT_ENABLE_ALL), "SetSessionGraphOptimizationLevel")
+        try check(api.SetIntraOpNumThreads(options, Int32(config.threads)), "SetIntraOpNumThreads")
+        try check(api.SetInterOpNumThreads(options, 1), "SetInterOpNumThreads")
+        try check(api.AddSessionConfigEntry(options, "session.intra_op.allow_spinning", "0"), "AddSessionConfigEntry")
+        try check(api.AddSessionConfigEntry(options, "session.inter_op.allow_spinning", "0"), "AddSessionConfigEntry")
         var provider = config.provider
         if provider == .auto {
             let available = runtime.availableProviders()
             provider = [ExecutionProvider.tensorrt, .cuda, .openvino].first { available.contains($0.ortName) } ?? .cpu
         }
         self.provider = provider
+        EngineLog.write(.info, "opening model '\(name)' (\(path), \(model.count) bytes) on \(provider.rawValue)")
         if provider != .cpu {
             let available = runtime.availableProviders()
             guard available.contains(provider.ortName) else {
@@ -235,30 +275,29 @@ public final class Session {
             switch provider {
             case .cuda:
                 var cuda: OpaquePointer?
-                try runtime.check(api.CreateCUDAProviderOptions(&cuda))
+                try check(api.CreateCUDAProviderOptions(&cuda), "CreateCUDAProviderOptions")
                 defer { api.ReleaseCUDAProviderOptions(cuda) }
-                try runtime.check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda))
+                try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
             case .tensorrt:
                 var tensorrt: OpaquePointer?
-                try runtime.check(api.CreateTensorRTProviderOptions(&tensorrt))
+                try check(api.CreateTensorRTProviderOptions(&tensorrt), "CreateTensorRTProviderOptions")
                 defer { api.ReleaseTensorRTProviderOptions(tensorrt) }
-                try runtime.check(api.SessionOptionsAppendExecutionProvider_TensorRT_V2(options, tensorrt))
+                try check(api.SessionOptionsAppendExecutionProvider_TensorRT_V2(options, tensorrt), "SessionOptionsAppendExecutionProvider_TensorRT_V2")
                 // Nodes TensorRT cannot take fall back to CUDA, then CPU.
                 var cuda: OpaquePointer?
-                try runtime.check(api.CreateCUDAProviderOptions(&cuda))
+                try check(api.CreateCUDAProviderOptions(&cuda), "CreateCUDAProviderOptions")
                 defer { api.ReleaseCUDAProviderOptions(cuda) }
-                try runtime.check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda))
+                try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
             case .openvino:
-                try runtime.check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", nil, nil, 0))
+                try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", nil, nil, 0), "SessionOptionsAppendExecutionProvider")
             case .cpu, .auto:
                 break
             }
         }
         var session: OpaquePointer?
-        do {
-            try runtime.check(api.CreateSession(runtime.env, path, options, &session))
-        } catch let EngineError.runtimeUnavailable(detail) {
-            throw EngineError.modelInvalid(path: path, detail: "ONNX Runtime cannot load it (\(detail)). " + setupHint)
+        try model.withUnsafeBytes { bytes in
+            try check(api.CreateSessionFromArray(runtime.env, bytes.baseAddress, bytes.count, options, &session),
+                      "CreateSession")
         }
         handle = session!
         inputs = try Session.specs(runtime: runtime, session: handle, input: true)
@@ -270,28 +309,29 @@ public final class Session {
     private static func specs(runtime: OnnxRuntime, session: OpaquePointer, input: Bool) throws -> [TensorSpec] {
         let api = runtime.api.pointee
         var allocator: UnsafeMutablePointer<OrtAllocator>?
-        try runtime.check(api.GetAllocatorWithDefaultOptions(&allocator))
+        try runtime.check(api.GetAllocatorWithDefaultOptions(&allocator), "GetAllocatorWithDefaultOptions")
         var count = 0
-        try runtime.check(input ? api.SessionGetInputCount(session, &count) : api.SessionGetOutputCount(session, &count))
+        try runtime.check(input ? api.SessionGetInputCount(session, &count) : api.SessionGetOutputCount(session, &count),
+                          input ? "SessionGetInputCount" : "SessionGetOutputCount")
         var result: [TensorSpec] = []
         for index in 0..<count {
             var rawName: UnsafeMutablePointer<CChar>?
             try runtime.check(input
                 ? api.SessionGetInputName(session, index, allocator, &rawName)
-                : api.SessionGetOutputName(session, index, allocator, &rawName))
+                : api.SessionGetOutputName(session, index, allocator, &rawName), "SessionGetInputName/OutputName")
             let name = String(cString: rawName!)
             _ = api.AllocatorFree(allocator, rawName)
             var typeInfo: OpaquePointer?
             try runtime.check(input
                 ? api.SessionGetInputTypeInfo(session, index, &typeInfo)
-                : api.SessionGetOutputTypeInfo(session, index, &typeInfo))
+                : api.SessionGetOutputTypeInfo(session, index, &typeInfo), "SessionGetInputTypeInfo/OutputTypeInfo")
             defer { api.ReleaseTypeInfo(typeInfo) }
             var tensorInfo: OpaquePointer?
-            try runtime.check(api.CastTypeInfoToTensorInfo(typeInfo, &tensorInfo))
+            try runtime.check(api.CastTypeInfoToTensorInfo(typeInfo, &tensorInfo), "CastTypeInfoToTensorInfo")
             var rank = 0
-            try runtime.check(api.GetDimensionsCount(tensorInfo, &rank))
+            try runtime.check(api.GetDimensionsCount(tensorInfo, &rank), "GetDimensionsCount")
             var dims = [Int64](repeating: 0, count: rank)
-            try runtime.check(api.GetDimensions(tensorInfo, &dims, rank))
+            try runtime.check(api.GetDimensions(tensorInfo, &dims, rank), "GetDimensions")
             result.append(TensorSpec(name: name, shape: dims.map { Int($0) }))
         }
         return result
@@ -374,9 +414,11 @@ public final class Binding {
         let status = runtime.api.pointee.Run(
             session.handle, nil, inputNames, inputValues, inputs.count, outputNames, outputs.count, outputValues)
         do {
-            try runtime.check(status)
-        } catch let EngineError.runtimeUnavailable(detail) {
-            throw EngineError.inference(detail: "model '\(session.name)': \(detail)")
+            try runtime.check(status, "Run")
+        } catch var error as RuntimeCallError {
+            error.model = session.name
+            error.file = session.path
+            throw error
         }
     }
 }

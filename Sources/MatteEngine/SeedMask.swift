@@ -42,9 +42,10 @@ enum SeedMask {
         return out
     }
 
-    /// 8-bit mask (255 = the person) → seed alpha in {0, 1}, as upstream prepares it.
-    static func prepare(_ mask: [UInt8], width: Int, height: Int, dilate: Int = 10, erode: Int = 10) -> [Float] {
-        var levels = mask.map { Float($0) }
+    /// A mask in [0, 1] (1 = the person) → seed alpha in {0, 1}, as upstream prepares it from its 8-bit
+    /// mask: quantised to levels once, dilated where any level is set, eroded where not all are 255.
+    static func prepare(_ mask: [Float], width: Int, height: Int, dilate: Int = 10, erode: Int = 10) -> [Float] {
+        var levels = mask.map { min(max($0 * 255 + 0.5, 0), 255).rounded(.down) }
         if dilate > 0 {
             let grown = morph(levels.map { $0 != 0 }, width: width, height: height, kernel: ellipse(dilate), dilate: true)
             levels = grown.map { $0 ? 255 : 0 }
@@ -54,5 +55,21 @@ enum SeedMask {
             levels = shrunk.map { $0 ? 255 : 0 }
         }
         return levels.map { $0 / 255 }
+    }
+}
+
+/// A seed image named by the user, checked before a decoder opens it: a FIFO would block the decoder
+/// (and the thread that asked) forever, and a huge file is not a mask.
+public enum SeedImage {
+    public static let maximumBytes = 256 << 20
+
+    public static func check(_ path: String) throws {
+        do {
+            _ = try SafeFile.checkRegular(path, maxBytes: maximumBytes)
+        } catch FileProblem.missing {
+            throw EngineError.fileMissing(path: path, hint: "Set seed-mask to an existing image (white = the person).")
+        } catch let problem as FileProblem {
+            throw EngineError.fileUnreadable(path: path, detail: "it \(problem)")
+        }
     }
 }

@@ -14,7 +14,15 @@ public final class SegmenterEngine: MattingEngine {
     private var down: Resampler?
     private var up: Resampler?
 
-    public init(options: EngineOptions) throws {
+    public convenience init(options: EngineOptions) throws {
+        do {
+            try self.init(unclassified: options)
+        } catch {
+            throw EngineError.classify(error, during: .starting)
+        }
+    }
+
+    private init(unclassified options: EngineOptions) throws {
         directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
         let manifest = try ModelManifest.load(directory: directory)
         try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
@@ -34,12 +42,13 @@ public final class SegmenterEngine: MattingEngine {
             throw EngineError.modelInvalid(path: session.path, detail: "input shape \(shape) must be static")
         }
         let outputSpec = session.outputs[0]
-        guard outputSpec.shape.reduce(1, *) == inputWidth * inputHeight else {
+        guard let outputCount = checkedProduct(outputSpec.shape), outputCount == inputWidth * inputHeight,
+              inputWidth <= 8192, inputHeight <= 8192 else {
             throw EngineError.modelInvalid(path: session.path,
                                            detail: "output \(outputSpec.shape) is not one \(inputWidth)×\(inputHeight) plane")
         }
-        input = try Tensor(runtime: runtime, shape: shape)
-        output = try Tensor(runtime: runtime, shape: outputSpec.shape)
+        input = try Tensor(runtime: runtime, shape: shape, name: "segmenter input")
+        output = try Tensor(runtime: runtime, shape: outputSpec.shape, name: "segmenter output")
         binding = try session.bind(inputs: [session.inputs[0].name: input], outputs: [outputSpec.name: output])
     }
 
@@ -48,6 +57,10 @@ public final class SegmenterEngine: MattingEngine {
     public func reset() {}
 
     public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        try EngineError.boundary(.processing) { try matteFrame(frame, into: alpha, report: &report) }
+    }
+
+    private func matteFrame(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         let start = monotonicMs()
         if down?.sourceWidth != frame.width || down?.sourceHeight != frame.height {
             down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height,

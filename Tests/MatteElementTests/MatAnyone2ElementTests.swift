@@ -46,7 +46,7 @@ import TestPaths
             }
             // 8-bit output: at most half a step plus the engine tolerance; on average no further
             // from the reference than the reference's own rounding, plus the engine tolerance.
-            #expect(maximum <= 2e-3 + 0.5 / 255, "frame \(index): max |Δ| \(maximum)")
+            #expect(maximum <= 1e-3 + 0.5 / 255, "frame \(index): max |Δ| \(maximum)")
             let excess = (total - rounding) / Double(frameSize)
             #expect(excess <= 1e-4, "frame \(index): mean |Δ| beyond rounding \(excess)")
             worstExcess = max(worstExcess, excess)

@@ -162,7 +162,7 @@ struct ResamplerTests {
     }
 
     @Test func bilinearUpscaleToGrayMatchesExactInterpolation() {
-        // 512×288 → 1920×1080 (the two-row path) and an odd size with a scalar tail.
+        // 512×288 → 1920×1080 (sixteen-byte chunks, rows cut into slices) and an odd size with a scalar tail.
         for (sw, sh, tw, th) in [(512, 288, 1920, 1080), (7, 5, 29, 19)] {
             let source = (0..<(sw * sh)).map { Float(($0 * 7919) % 1000) / 999 }
             var bytes = [UInt8](repeating: 0, count: tw * th)

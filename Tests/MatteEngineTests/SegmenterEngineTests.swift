@@ -48,7 +48,15 @@ struct SegmenterEngineTests {
     @Test func manifestForAnotherEngineIsRejected() throws {
         let directory = try copyOfModelSet()
         try editManifest(in: directory) { $0["engine"] = "matanyone2" }
-        #expect(throws: EngineError.self) { try SegmenterEngine(options: EngineOptions(modelDir: directory)) }
+        // In its engine's subfolder (a model-dir that is itself another engine's set is not looked into).
+        let root = TestPaths.scratch("other-engine")
+        try FileManager.default.moveItem(atPath: directory, toPath: root + "/segmenter")
+        #expect {
+            try SegmenterEngine(options: EngineOptions(modelDir: root))
+        } throws: { error in
+            guard case let .modelInvalid(path, detail) = error as? EngineError else { return false }
+            return path.hasSuffix("manifest.json") && detail.contains("engine 'matanyone2'")
+        }
     }
 
     @Test func manifestListingAnAbsentFileIsMissing() throws {
@@ -57,8 +65,8 @@ struct SegmenterEngineTests {
         #expect {
             try SegmenterEngine(options: EngineOptions(modelDir: directory))
         } throws: { error in
-            if case .modelMissing = error as? EngineError { return true }
-            return false
+            guard case let .modelMissing(path, _) = error as? EngineError else { return false }
+            return path.hasSuffix("selfie_segmentation.onnx")
         }
     }
 
