@@ -8,11 +8,16 @@ on the same decoded frames at the same working size, in one run.
 
 Prints per stage (pre-processing, each model, memory match + readout, post-processing) the median and
 p95 in ms, frames per second, the element's peak RSS, upstream's time per frame (fp32, autocast off)
-and the ratio, and the floor (the model's multiply-adds ÷ the peak FLOP rate this CPU reaches on a
-large SGEMM). The first frames (seeding and its warm-up passes) are excluded from the figures.
+and the ratio, and the floor: the model's multiply-adds ÷ the peak this CPU reaches on a large MatMul
+through ONNX Runtime (its own GEMM, with the element's thread count and session settings).
+Beside it: the CPU's ISA and its theoretical fp32 peak (cores × FMA lanes × 2 × FMA units × the clock
+/proc/cpuinfo reports — the current/nominal one, not boost, so the measured peak can exceed it), and
+numpy's SGEMM for information only (it is not the floor: OpenBLAS may run older kernels than the
+CPU has, e.g. under OPENBLAS_CORETYPE, while ONNX Runtime picks its own).
+The first frames (seeding and its warm-up passes) are excluded from the figures.
 Ours and upstream run in alternating rounds and each side's best round is reported (every round is
 in the JSON): on a shared host a neighbour can slow one run by half, and the best of several is the
-machine, as for the SGEMM peak.
+machine, as for the MatMul peak.
 Frames reach the element at --input-size (the clip's 1080p by default, so the element's own cost —
 scaling down to the working size and the alpha back up — is the 1080p one); upstream gets the same
 frames already at the working size.
@@ -74,18 +79,151 @@ def summary(values: list[float]) -> dict:
     return {"median": statistics.median(ordered), "p95": ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]}
 
 
-def cpu_peak_gflops() -> float:
-    """Best of a few large float32 matrix products through numpy's BLAS, in GFLOP/s."""
-    n = 2048
+def numpy_sgemm_gflops(n: int = 2048, runs: int = 10) -> float:
+    """Best of a few large float32 matrix products through numpy's BLAS, in GFLOP/s (information
+    only: OpenBLAS's kernels and threads are not the ones the element's models run on)."""
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
     a @ b
     best = float("inf")
-    for _ in range(10):  # shared hosts: the best of several is the machine, not its neighbours
+    for _ in range(runs):  # shared hosts: the best of several is the machine, not its neighbours
         start = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - start)
     return 2 * n ** 3 / best / 1e9
+
+
+def matmul_model(n: int) -> bytes:
+    """A one-node ONNX graph c = a @ b, all float32 [n, n], serialised."""
+    try:
+        from onnx import TensorProto, helper
+    except ImportError:
+        return _matmul_model_bytes(n)
+    tensors = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [n, n]) for name in "abc"]
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul", tensors[:2], tensors[2:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # what any ONNX Runtime of recent years loads (onnx's default may be newer)
+    return model.SerializeToString()
+
+
+def _matmul_model_bytes(n: int) -> bytes:
+    """matmul_model without the onnx package: the ModelProto written in protobuf's wire format."""
+    def varint(v: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+            v >>= 7
+            if not v:
+                return bytes(out)
+
+    def field(number: int, value) -> bytes:  # int → varint field, bytes/str → length-delimited
+        if isinstance(value, int):
+            return varint(number << 3) + varint(value)
+        value = value.encode() if isinstance(value, str) else value
+        return varint(number << 3 | 2) + varint(len(value)) + value
+
+    dim = field(1, field(1, n))  # TensorShapeProto.dim { dim_value: n }
+    tensor_type = field(1, field(1, 1) + field(2, dim + dim))  # TypeProto.tensor_type { FLOAT, [n, n] }
+    value_info = {name: field(1, name) + field(2, tensor_type) for name in "abc"}
+    node = field(1, "a") + field(1, "b") + field(2, "c") + field(4, "MatMul")
+    graph = field(1, node) + field(2, "matmul") + field(11, value_info["a"]) + field(11, value_info["b"]) \
+        + field(12, value_info["c"])
+    return field(1, 8) + field(7, graph) + field(8, field(1, "") + field(2, 13))
+
+
+def ort_matmul_peak_gflops(threads: int = 0, n: int = 2048, runs: int = 10) -> float:
+    """Best of `runs` float32 n×n×n MatMuls through ONNX Runtime's CPU provider, in GFLOP/s: the
+    GEMM the element's models run on, in a session set up as the element's (OnnxRuntime.swift)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads  # 0 = ONNX Runtime's default, one per physical core
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    session = ort.InferenceSession(matmul_model(n), options, providers=["CPUExecutionProvider"])
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), dtype=np.float32)
+    # Bound once, the output preallocated: a run is the GEMM, not the allocation of its result.
+    binding = session.io_binding()
+    binding.bind_cpu_input("a", a)
+    binding.bind_cpu_input("b", b)
+    binding.bind_output("c", "cpu", 0, np.float32, [n, n], c.ctypes.data)
+    session.run_with_iobinding(binding)  # warm-up: thread pool, packing buffers
+    best = float("inf")
+    for _ in range(runs):  # shared hosts: the best of several is the machine, not its neighbours
+        start = time.perf_counter()
+        session.run_with_iobinding(binding)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def parse_cpuinfo(text: str) -> dict:
+    """The first CPU's model, fp32 ISA and clock from /proc/cpuinfo text.
+
+    lanes: fp32 lanes of one FMA; fma_units: FMAs per core and cycle at that width (2 on AVX2 and
+    AVX-512 parts, but 1 on AMD Zen 4, family 25, which runs a 512-bit FMA as two halves on its two
+    256-bit pipes; some Intel AVX-512 parts also have one 512-bit unit, which /proc/cpuinfo does not
+    tell); without FMA, a multiply and an add pipe give the same 2 flops per lane and cycle, hence 1.
+    ghz: "cpu MHz", the current or nominal clock, not boost (None where absent, e.g. on ARM)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:  # end of the first processor's block
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    if not flags:
+        isa, lanes, fma_units = "unknown", None, None
+    elif "avx512f" in flags:
+        zen4 = fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
+        isa, lanes, fma_units = "avx512f", 16, 1 if zen4 else 2
+    elif {"avx2", "fma"} <= flags:
+        isa, lanes, fma_units = "avx2+fma", 8, 2
+    else:
+        isa, lanes, fma_units = "sse", 4, 1
+    try:
+        ghz = float(fields["cpu MHz"]) / 1000
+    except (KeyError, ValueError):
+        ghz = None
+    try:
+        threads_per_core = max(1, int(fields["siblings"]) // int(fields["cpu cores"]))
+    except (KeyError, ValueError, ZeroDivisionError):
+        threads_per_core = 1
+    return {"model": fields.get("model name", "unknown"), "isa": isa, "lanes": lanes, "fma_units": fma_units,
+            "ghz": ghz, "threads_per_core": threads_per_core}
+
+
+def theoretical_gflops(cores: int, lanes: int | None, fma_units: int | None, ghz: float | None) -> float | None:
+    """cores × lanes × 2 (an FMA is two flops) × FMA units × GHz; None where a part is unknown."""
+    if not (lanes and fma_units and ghz):
+        return None
+    return cores * lanes * 2 * fma_units * ghz
+
+
+def cpu_description(threads: int = 0, cpuinfo: str | None = None) -> dict:
+    """ISA, cores used and theoretical fp32 peak of this CPU for a run with `threads` intra-op threads
+    (0 = one per core this process may use), and OPENBLAS_CORETYPE if set."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    info = parse_cpuinfo(cpuinfo)
+    try:
+        logical = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        logical = os.cpu_count() or 1
+    cores = max(1, logical // info["threads_per_core"])  # SMT siblings share their core's FMA units
+    if threads > 0:
+        cores = min(threads, cores)
+    return {"model": info["model"], "isa": info["isa"], "cores_used": cores, "ghz": info["ghz"],
+            "theoretical_gflops": theoretical_gflops(cores, info["lanes"], info["fma_units"], info["ghz"]),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
 
 
 def machine() -> dict:
@@ -270,7 +408,7 @@ def main(argv=None) -> int:
     if args.soak:
         return soak(args, width, height, mask, work)
 
-    # Rounds alternate ours and upstream; each side's figure is its best round (as for the SGEMM
+    # Rounds alternate ours and upstream; each side's figure is its best round (as for the MatMul
     # peak: on a shared host the best of several runs is the machine, not its neighbours).
     run_upstream_too = not args.no_upstream and args.engine == "matanyone2"
     frames_file = work / f"frames-{width}x{height}.bgra"
@@ -280,8 +418,10 @@ def main(argv=None) -> int:
     rounds = []
     for index in range(args.rounds):
         label = f"round {index + 1}/{args.rounds}: "
-        print(f"{label}measuring this CPU's SGEMM peak …", flush=True)
-        peak = cpu_peak_gflops()
+        print(f"{label}measuring this CPU's MatMul peak (ONNX Runtime; numpy SGEMM beside it) …", flush=True)
+        # numpy first: OpenBLAS's threads spin for a moment after a call; ORT's warm-up run absorbs it.
+        sgemm = numpy_sgemm_gflops()
+        peak = ort_matmul_peak_gflops(args.threads)
         print(f"{label}the element: {args.engine} ({args.precision}), {args.input_width}×{args.input_height} "
               f"frames at working size {width}×{height}, {count} frames …", flush=True)
         rows, wall, peak_kib = run_element(args, width, height, count, mask, args.precision, alpha)
@@ -294,11 +434,13 @@ def main(argv=None) -> int:
             print(f"{label}upstream PyTorch InferenceCore on the same {count} frames …", flush=True)
             per_frame = run_upstream(frames_file, width, height, count, mask, args.threads)
             upstream_round = summary([s * 1000 for s in per_frame[args.skip:]])
-        rounds.append({"peak": peak, "rows": rows, "measured": measured, "peak_kib": peak_kib,
+        rounds.append({"peak": peak, "sgemm": sgemm, "rows": rows, "measured": measured, "peak_kib": peak_kib,
                        "total": summary([r["total-ms"] for r in measured]), "upstream": upstream_round})
     best = min(rounds, key=lambda r: r["total"]["median"])
     rows, measured = best["rows"], best["measured"]
     peak = max(r["peak"] for r in rounds)
+    sgemm = max(r["sgemm"] for r in rounds)
+    cpu = cpu_description(args.threads)
     peak_kib = max(r["peak_kib"] for r in rounds)
     upstream = min((r["upstream"] for r in rounds if r["upstream"]), key=lambda u: u["median"], default=None)
     model_fields = [k for k in measured[0] if k.endswith("-ms") and k not in
@@ -337,15 +479,25 @@ def main(argv=None) -> int:
     print(f"\nframes measured      {len(measured)} (first {args.skip} excluded), best of {args.rounds} rounds")
     for index, r in enumerate(rounds):
         theirs = f", upstream {r['upstream']['median']:.0f} ms" if r["upstream"] else ""
-        print(f"  round {index + 1}          ours {r['total']['median']:.0f} ms{theirs}, SGEMM peak {r['peak']:.0f} GFLOP/s")
+        print(f"  round {index + 1}          ours {r['total']['median']:.0f} ms{theirs}, MatMul peak {r['peak']:.0f} GFLOP/s "
+              f"(numpy SGEMM {r['sgemm']:.0f})")
     print(f"frames per second    {fps:.2f}")
     print(f"peak RSS             {peak_kib / 1024:.0f} MiB (the gst-launch-1.0 process)")
     if seed_ms is not None:
         print(f"seeding (warm-up)    {seed_ms:.0f} ms")
-    print(f"CPU SGEMM peak       {peak:.0f} GFLOP/s")
+    clock = f"{cpu['ghz']:.2f} GHz per /proc/cpuinfo, not boost" if cpu["ghz"] else "clock unknown"
+    theoretical = cpu["theoretical_gflops"]
+    print(f"CPU                  {cpu['model']} ({cpu['isa']}, {cpu['cores_used']} cores used, {clock}): "
+          f"theoretical fp32 peak {f'{theoretical:.0f} GFLOP/s' if theoretical else 'unknown'}")
+    share = f" ({100 * peak / theoretical:.0f} % of theoretical)" if theoretical else ""
+    # OPENBLAS_CORETYPE pins OpenBLAS (numpy, and the element's memory match) to a kernel set; ORT ignores it.
+    coretype = cpu["openblas_coretype"]
+    coretype = f"OPENBLAS_CORETYPE={coretype}" if coretype else "OPENBLAS_CORETYPE not set"
+    print(f"MatMul peak (ORT)    {peak:.0f} GFLOP/s{share}; numpy SGEMM {sgemm:.0f} GFLOP/s ({coretype})")
     if floor_ms:
         note = " (an fp32 floor: int8 arithmetic is not bound by it)" if args.precision == "int8" else ""
-        print(f"floor                {floor_ms:.0f} ms/frame ({gmac:.1f} GMAC); ours = {total_median / floor_ms:.2f}× the floor{note}")
+        print(f"floor                {floor_ms:.0f} ms/frame ({gmac:.1f} GMAC at the ORT MatMul peak); "
+              f"ours = {total_median / floor_ms:.2f}× the floor{note}")
     if int8_deviation:
         d = int8_deviation
         print(f"int8 vs fp32 alpha   mean |Δα| {d['mean_abs']:.4f}, p99 {d['p99_abs']:.4f}, max {d['max_abs']:.4f}, "
@@ -362,11 +514,15 @@ def main(argv=None) -> int:
         "precision": args.precision, "int8_deviation_from_fp32": int8_deviation,
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
         "stages_ms": stages, "fps": fps, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
-        "cpu_peak_gflops": peak, "floor_ms": floor_ms,
+        "cpu_peak_gflops": peak,  # the peak the floor uses: the ORT MatMul's (numpy's SGEMM before)
+        "ort_matmul_peak_gflops": peak, "numpy_sgemm_gflops": sgemm, "openblas_coretype": cpu["openblas_coretype"],
+        "cpu_model": cpu["model"], "cpu_isa": cpu["isa"], "cpu_cores_used": cpu["cores_used"],
+        "cpu_clock_ghz": cpu["ghz"], "cpu_theoretical_gflops": theoretical,
+        "floor_ms": floor_ms,
         "ratio_to_floor": total_median / floor_ms if floor_ms else None,
         "upstream_ms": upstream, "speedup_vs_upstream": upstream["median"] / total_median if upstream else None,
         "frames_dropped": rows[-1].get("frames-dropped") if rows else None,
-        "rounds": [{"total_median_ms": r["total"]["median"], "cpu_peak_gflops": r["peak"],
+        "rounds": [{"total_median_ms": r["total"]["median"], "cpu_peak_gflops": r["peak"], "numpy_sgemm_gflops": r["sgemm"],
                     "upstream_median_ms": r["upstream"]["median"] if r["upstream"] else None} for r in rounds],
         "date": time.strftime("%Y-%m-%d"),
     }
