@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs whatever is missing (scripts/setup.sh), prepares test inputs, then runs every test:
 # the Swift engine and element tests (in-process), the Python tool tests (including parity against
-# upstream MatAnyone2), and the integration test of the installed plugin. Ends with one summary line.
+# upstream MatAnyone2), the integration test of the installed plugin, the element tests again under
+# ThreadSanitizer, and the adversarial suite (hostile inputs against the installed plugin). Ends with
+# one summary line.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -70,13 +72,18 @@ count() { # name, exit code, passed, failed
     say "$1: $3 passed, $4 failed (exit $2)"
 }
 
+# Swift Testing's closing line gives the total; failed tests are the "✘ Test … failed after" lines;
+# with extra (name, exit code, log, issues found beside the tests).
+count_swift() {
+    local name="$1" rc="$2" log="$3" extra="${4:-0}" total failed
+    total=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? (passed|failed)" "$log" | grep -oE "[0-9]+" | head -1)
+    failed=$(grep -cE "^✘ Test [^ ]+\(.*\) failed after" "$log")
+    count "$name" "$rc" $(( ${total:-0} - failed )) $((failed + extra))
+}
+
 say "Swift tests"
 scripts/swift-tests.sh "$ROOT/build" 2>&1 | tee build/swift-test.log
-rc=${PIPESTATUS[0]}
-sp=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? passed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
-sf=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? failed" build/swift-test.log | grep -oE "[0-9]+" | head -1)
-sfi=$(grep -cE "^✘ Test [^ ]+\(.*\) failed after" build/swift-test.log)
-if [ -n "$sf" ]; then count swift "$rc" $((sf - sfi)) "$sfi"; else count swift "$rc" "${sp:-0}" 0; fi
+count_swift swift "${PIPESTATUS[0]}" build/swift-test.log
 
 say "Python tool tests"
 "$PY" -m pytest -q tools/tests 2>&1 | tee build/pytest.log
@@ -90,6 +97,19 @@ Tests/integration/run.sh 2>&1 | tee build/integration.log
 rc=${PIPESTATUS[0]}
 ip=$(grep -c "^PASS" build/integration.log); if_=$(grep -c "^FAIL" build/integration.log)
 count integration "$rc" "$ip" "$if_"
+
+say "Element tests under ThreadSanitizer"
+scripts/tsan-tests.sh 2>&1 | tee build/tsan-test.log
+rc=${PIPESTATUS[0]}
+reports=$(grep -c "WARNING: ThreadSanitizer" build/tsan-test.log)
+[ "$reports" -gt 0 ] && say "ThreadSanitizer reports: $reports"
+count_swift tsan "$rc" build/tsan-test.log "$reports"
+
+say "Adversarial suite (installed plugin, hostile inputs)"
+Tests/adversarial/run.sh 2>&1 | tee build/adversarial.log
+rc=${PIPESTATUS[0]}
+ap=$(grep -c "^PASS" build/adversarial.log); af=$(grep -c "^FAIL" build/adversarial.log)
+count adversarial "$rc" "$ap" "$af"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The element tests under ThreadSanitizer: the streaming, query and application threads all reach
+# the element, and every piece of state they share must be behind a lock. Own build folder
+# (.build/tsan), so the ordinary build is not invalidated. Exits non-zero on any report.
+#
+#   scripts/tsan-tests.sh [swift test --filter REGEX]
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FILTER="${1:-MatteElementTests}"
+# GLib's and ONNX Runtime's own threads are not instrumented: a report must involve our code.
+export TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0 suppressions=$ROOT/scripts/tsan.supp ${TSAN_OPTIONS:-}"
+exec "$ROOT/scripts/swift-tests.sh" "$ROOT/build/tsan" --sanitize=thread --scratch-path "$ROOT/.build/tsan" -- --filter "$FILTER"
