@@ -33,6 +33,7 @@ static inline GSignalFlags shim_signal_action(void) {
 }
 static inline GType G_TYPE_FROM_CLASS_shim(void *klass) { return G_TYPE_FROM_CLASS(klass); }
 static inline GstClockTime shim_clock_time_none(void) { return GST_CLOCK_TIME_NONE; }
+static inline GstFlowReturn shim_flow_dropped(void) { return GST_BASE_TRANSFORM_FLOW_DROPPED; }
 static inline guint shim_gst_version_major(void) { return GST_VERSION_MAJOR; }
 static inline guint shim_gst_version_minor(void) { return GST_VERSION_MINOR; }
 

@@ -7,6 +7,8 @@ struct LatencyTracker {
     private var filled = 0
     let percentile: Double
     let driftRatio: Double
+    /// Samples before the percentile is trusted over the warm-up run's estimate.
+    let settled: Int
     /// The value last handed to the pipeline (ms); 0 before the first answer.
     private(set) var reportedMs = 0.0
 
@@ -14,6 +16,7 @@ struct LatencyTracker {
         samples = [Double](repeating: 0, count: window)
         self.percentile = percentile
         self.driftRatio = driftRatio
+        settled = min(8, window)
     }
 
     mutating func reset() {
@@ -22,13 +25,17 @@ struct LatencyTracker {
         reportedMs = 0
     }
 
-    /// Adds one frame's processing time; returns true when the pipeline should be told.
+    /// Adds one frame's processing time; returns true when the pipeline should be told. Once settled,
+    /// any drift past `driftRatio` counts; before, only an underestimate does (a pipeline configured
+    /// for less than a frame costs shows every frame late, and a live element that drops late frames
+    /// before work would never run one to learn better).
     mutating func add(_ ms: Double) -> Bool {
         samples[next] = ms
         next = (next + 1) % samples.count
         filled = min(filled + 1, samples.count)
-        guard reportedMs > 0, filled >= min(8, samples.count) else { return false }
+        guard reportedMs > 0 else { return false }
         let current = currentMs
+        if filled < settled { return current > (1 + driftRatio) * reportedMs }
         return abs(current - reportedMs) > driftRatio * reportedMs
     }
 
@@ -40,9 +47,15 @@ struct LatencyTracker {
         return sorted[min(rank, filled - 1)]
     }
 
+    /// What a frame is expected to cost: the percentile once settled, before that the larger of it
+    /// and `fallbackMs` (the warm-up run's time).
+    func expectedMs(fallbackMs: Double) -> Double {
+        filled >= settled ? currentMs : max(currentMs, fallbackMs)
+    }
+
     /// What to answer a LATENCY query with; remembers it as reported.
     mutating func answer(fallbackMs: Double) -> Double {
-        let value = filled > 0 ? currentMs : fallbackMs
+        let value = expectedMs(fallbackMs: fallbackMs)
         reportedMs = value
         return value
     }

@@ -24,13 +24,29 @@ final class Locked<Value> {
 
 /// Per-stream state: created in `start`, completed in `setInfo` for the negotiated caps, dropped in
 /// `stop`. Only reached under `MatteFilter.stream`'s lock.
-private final class StreamState {
+final class StreamState {
     let engine: MattingEngine
     var report: FrameReport
     var framesSubmitted: UInt = 0
     var framesProcessed: UInt = 0
+    /// Stream time of the last processed frame (ns) and what it cost (ms, seeding included), for
+    /// the gap rule.
+    var lastStreamTime: UInt64?
+    var lastProcessingMs = 0.0
     // Negotiated (setInfo).
     var output = NegotiatedOutput.alpha
+    var size: (width: Int, height: Int)?
+    // mode=async: the inference thread (which then owns the engine) and the frames waiting to leave.
+    var async: AsyncMatting?
+    var queue: [QueuedFrame] = []
+    var asyncDelayMs = 0.0
+    var opaquePlane: [UInt8] = []
+
+    /// Resets the track, through the inference thread when it owns the engine.
+    func resetTrack() {
+        if let async { async.reset() } else { engine.reset() }
+        lastStreamTime = nil
+    }
     var alphaPlane: [UInt8] = []
     var compositor = Compositor()
 
@@ -42,14 +58,16 @@ private final class StreamState {
 
 /// What the LATENCY query reads from the query thread while frames run: kept apart from the stream
 /// state so that a query never waits for a frame in progress.
-private struct LatencyState {
+struct LatencyState {
     var tracker = LatencyTracker()
     var warmUpMs = 0.0
+    /// mode=async: frames are held this long on purpose, on top of what producing one costs.
+    var heldMs = 0.0
 }
 
 /// A bus message to post once the stream lock is released: a synchronous bus handler may call back
 /// into the element (a LATENCY query, a state change) from this very thread.
-private enum Post {
+enum Post {
     case error(Error)
     case streamError(String)
     case latency
@@ -60,16 +78,27 @@ private enum Post {
 final class MatteFilter {
     let handle: ElementHandle
     private let settings = Locked(Settings())
-    private let stream = Locked<StreamState?>(nil)
-    private let latency = Locked(LatencyState())
+    let stream = Locked<StreamState?>(nil)
+    let latency = Locked(LatencyState())
     /// A reseed asked for by a signal or event: nil nothing pending; .some(nil) as configured;
     /// .some(source) from that source.
-    private let pendingReseed = Locked<SeedSource??>(nil)
+    let pendingReseed = Locked<SeedSource??>(nil)
     /// A seed mask set while playing: used from the next (re)seed on.
-    private let pendingSeed = Locked<SeedSource?>(nil)
+    let pendingSeed = Locked<SeedSource?>(nil)
     /// Caps whose set-up failed and was reported: base transform retries them on every buffer, and
     /// the same error must reach the bus once, not once a buffer.
     private let refusedCaps = Locked<String?>(nil)
+    /// What predictive QoS needs to know of the pipeline: the latency it configured its sinks with
+    /// (the LATENCY event on its way upstream, ns), whether it is live (the LATENCY query), and
+    /// whether a sink downstream synchronises and sends QoS events (only then is anything "late").
+    private struct LiveTiming {
+        var configuredLatency: UInt64?
+        var live = false
+        var downstreamQoS = false
+        var lastAdmitted: UInt64?
+    }
+    private let liveTiming = Locked(LiveTiming())
+
 
     init(handle: ElementHandle) {
         self.handle = handle
@@ -128,13 +157,18 @@ final class MatteFilter {
         }
         stream.withLock { $0 = StreamState(engine: engine) }
         refusedCaps.withLock { $0 = nil }
+        liveTiming.withLock { $0 = LiveTiming() }
         latency.withLock { $0 = LatencyState() }
         pendingSeed.withLock { $0 = nil }
         return true
     }
 
     func stop() -> Bool {
-        stream.withLock { $0 = nil }
+        let state = stream.withLock { state -> StreamState? in
+            defer { state = nil }
+            return state
+        }
+        state?.async?.stop()  // outside the lock: the thread may be finishing a frame
         pendingReseed.withLock { $0 = nil }
         pendingSeed.withLock { $0 = nil }
         return true
@@ -257,13 +291,33 @@ final class MatteFilter {
             return false
         }
         DebugLog.log(GST_LEVEL_INFO, handle, "negotiated \(capsKey)")
-        // New caps: temporal state no longer applies (warmUp resets it). One run at the new size
-        // warms the runtime up and gives the first latency estimate.
+        // Caps of another size: temporal state no longer applies (warmUp resets it), and one run at
+        // the new size warms the runtime up and gives the first latency estimate. Caps of the same
+        // size (another framerate, output format or colorimetry) keep the track.
         let result: Result<Double, Error>? = stream.withLock { state in
             guard let state else { return nil }
             state.output = negotiated
+            if let size = state.size, size == (width, height) {
+                DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
+                return .success(-1)
+            }
+            state.size = nil
+            state.async?.stop()
+            state.async = nil
             state.alphaPlane = [UInt8](repeating: 0, count: width * height)
-            return Result { try state.engine.warmUp(width: width, height: height) }
+            state.opaquePlane = [UInt8](repeating: 255, count: width * height)
+            state.lastStreamTime = nil
+            let measured = Result { try state.engine.warmUp(width: width, height: height) }
+            if case .success = measured {
+                state.size = (width, height)
+                let current = snapshot()
+                if current.mode == .async {
+                    state.asyncDelayMs = Double(current.asyncDelay)
+                    state.async = AsyncMatting(engine: state.engine)
+                    state.async?.start()
+                }
+            }
+            return measured
         }
         switch result {
         case nil:
@@ -272,26 +326,87 @@ final class MatteFilter {
             refusedCaps.withLock { $0 = capsKey }
             ErrorMapping.postError(error, on: handle)
             return false
+        case let .success(ms)? where ms < 0:
+            return true
         case let .success(ms)?:
             DebugLog.log(GST_LEVEL_DEBUG, handle, "warm-up at \(width)×\(height): \(ms) ms")
-            latency.withLock { $0 = LatencyState(tracker: LatencyTracker(), warmUpMs: ms) }
+            let current = snapshot()
+            // In async mode a frame costs its copy and composite, not an inference: the latency
+            // starts from the delay and learns the rest.
+            latency.withLock {
+                $0 = current.mode == .async ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0, heldMs: Double(current.asyncDelay))
+                                            : LatencyState(tracker: LatencyTracker(), warmUpMs: ms)
+            }
             return true
         }
     }
 
     // MARK: Events and queries
 
-    /// Forgets temporal state (FLUSH_STOP, STREAM_START, DISCONT).
+    /// Forgets temporal state (FLUSH_STOP, STREAM_START, a new segment).
     func resetStream(reason: String) {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "reset: \(reason)")
-        stream.withLock { $0?.engine.reset() }
+        stream.withLock { $0?.resetTrack() }
+    }
+
+    /// The gap rule: a DISCONT buffer (a leaky queue, QoS, network loss) is a gap, not a new stream;
+    /// only a gap in stream time longer than `reset-after-gap` (or, with 0, any DISCONT) resets.
+    func gapReset(_ input: VideoFrameView, state: StreamState, settings current: Settings) -> String? {
+        let streamTime = input.streamTime
+        defer { if let streamTime { state.lastStreamTime = streamTime } }
+        if current.resetAfterGap == 0 { return input.isDiscont ? "DISCONT" : nil }
+        guard let streamTime, let last = state.lastStreamTime else { return nil }
+        // Time this element itself spent on the previous frame is no gap in the stream: in a live
+        // pipeline the frames that passed meanwhile were dropped because of it (a seed with its
+        // warm-up passes takes seconds on a CPU).
+        let gapMs = streamTime >= last ? Double(streamTime - last) / 1_000_000 - state.lastProcessingMs
+                                       : Double(last - streamTime) / 1_000_000
+        return gapMs > Double(current.resetAfterGap) ? "a gap of \(Int(gapMs)) ms of stream time" : nil
     }
 
     func countSubmitted() { stream.withLock { $0?.framesSubmitted += 1 } }
 
+    /// The pipeline's latency, from the LATENCY event (a live pipeline sends it when it configures).
+    func latencyConfigured(_ nanoseconds: UInt64) {
+        DebugLog.log(GST_LEVEL_DEBUG, handle, "pipeline latency configured: \(Double(nanoseconds) / 1e6) ms")
+        liveTiming.withLock { $0.configuredLatency = nanoseconds }
+    }
+
+    /// A QoS event came from downstream: a sink there synchronises to the clock.
+    func sawDownstreamQoS() { liveTiming.withLock { $0.downstreamQoS = true } }
+
+    /// Predictive QoS: a live frame whose running time plus the pipeline latency (when the sink will
+    /// show it) comes before now plus what this element expects a frame to cost would reach the sink
+    /// late, so it is dropped before any work is spent on it. Returns how late it would be (ns), or
+    /// nil to process it. The base class still applies the sink's own QoS feedback afterwards.
+    func lateness(runningTime: UInt64, now: UInt64) -> UInt64? {
+        guard snapshot().mode == .sync else { return nil }  // async frames cost a composite, not an inference
+        let timing = liveTiming.withLock { $0 }
+        guard timing.live, timing.downstreamQoS, let configured = timing.configuredLatency else { return nil }
+        let expectedMs = latency.withLock { $0.tracker.expectedMs(fallbackMs: $0.warmUpMs) }
+        let expected = UInt64(max(expectedMs, 0) * 1_000_000)
+        let ready = now &+ expected, deadline = runningTime &+ configured
+        // Never starve: after a second (or four frames' cost) of drops one frame goes through, so the
+        // estimate follows a machine that got faster and a reconfigured pipeline.
+        let starving = timing.lastAdmitted.map { runningTime > $0 &+ max(1_000_000_000, 4 &* expected) } ?? true
+        guard ready > deadline, !starving else {
+            liveTiming.withLock { $0.lastAdmitted = runningTime }
+            return nil
+        }
+        let late = ready - deadline
+        DebugLog.log(GST_LEVEL_LOG, handle, "dropping a frame before work: it would reach the sink \(Double(late) / 1e6) ms late")
+        return late
+    }
+
+    /// Frames submitted and processed so far (QoS message statistics).
+    var frameCounts: (submitted: UInt, processed: UInt) {
+        stream.withLock { state in state.map { ($0.framesSubmitted, $0.framesProcessed) } ?? (0, 0) }
+    }
+
     /// Adjusts an answered LATENCY query by what this element really costs.
     func answerLatency(live: Bool, minimum: GstClockTime, maximum: GstClockTime) -> (GstClockTime, GstClockTime) {
-        let ms = latency.withLock { $0.tracker.answer(fallbackMs: $0.warmUpMs) }
+        let ms = latency.withLock { $0.tracker.answer(fallbackMs: $0.warmUpMs) + $0.heldMs }
+        liveTiming.withLock { $0.live = live }
         let ours = GstClockTime(ms * 1_000_000)
         DebugLog.log(GST_LEVEL_DEBUG, handle, "latency query: adding \(ms) ms (live: \(live))")
         let none = shim_clock_time_none()
@@ -321,9 +436,11 @@ final class MatteFilter {
         if let source = pendingSeed.withLock({ pending -> SeedSource? in defer { pending = nil }; return pending }) {
             engine.replaceSeed(source)
         }
-        if input.isDiscont {
-            DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(input.pts): reset")
+        if let reason = gapReset(input, state: state, settings: current) {
+            DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(input.pts): \(reason)")
             engine.reset()
+        } else if input.isDiscont {
+            DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(input.pts): a gap, the track continues")
         }
         if let reseed = pendingReseed.withLock({ pending -> SeedSource?? in defer { pending = nil }; return pending }) {
             DebugLog.log(GST_LEVEL_LOG, handle, "reseeding at pts \(input.pts)")
@@ -345,10 +462,15 @@ final class MatteFilter {
         }
         state.framesProcessed += 1
         let totalMs = monotonicMs() - start
+        state.lastProcessingMs = totalMs
         DebugLog.log(GST_LEVEL_LOG, handle, "frame \(state.framesProcessed) pts \(input.pts): \(totalMs) ms, "
                      + "seeded \(state.report.seeded), memory frames \(state.report.memoryFrames)")
-        // Seeding (the warm-up passes) happens once; it is reported as seed-ms, not as latency.
-        let (drifted, latencyMs) = latency.withLock { ($0.tracker.add(totalMs - state.report.seedMs), $0.tracker.currentMs) }
+        // Seeding (the warm-up passes) happens once; it is reported as seed-ms, and that frame is no
+        // sample of what a frame costs.
+        let (drifted, latencyMs) = latency.withLock { latency -> (Bool, Double) in
+            let drifted = state.report.seedMs > 0 ? false : latency.tracker.add(totalMs)
+            return (drifted, latency.tracker.expectedMs(fallbackMs: latency.warmUpMs))
+        }
         if drifted { posts.append(.latency) }
         if current.statsInterval > 0, state.framesProcessed % UInt(current.statsInterval) == 0 {
             posts.append(.stats(stats(pts: input.pts, totalMs: totalMs, latencyMs: latencyMs, state: state)))
@@ -370,7 +492,7 @@ final class MatteFilter {
         }
     }
 
-    private func deliver(_ post: Post) {
+    func deliver(_ post: Post) {
         switch post {
         case let .error(error): ErrorMapping.postError(error, on: handle)
         case let .streamError(text): ErrorMapping.postStreamFormatError(text, on: handle)
@@ -379,13 +501,14 @@ final class MatteFilter {
         }
     }
 
-    private func stats(pts: GstClockTime, totalMs: Double, latencyMs: Double, state: StreamState) -> UnsafeMutablePointer<GstStructure> {
+    func stats(pts: GstClockTime, totalMs: Double, latencyMs: Double, state: StreamState) -> UnsafeMutablePointer<GstStructure> {
         let report = state.report, engine = state.engine
         let stats = gst_structure_new_empty("matanyone-stats")!
         shim_structure_set_uint64(stats, "frame", state.framesProcessed)
         shim_structure_set_uint64(stats, "pts", pts)
         shim_structure_set_string(stats, "engine", engine.kind.rawValue)
         shim_structure_set_string(stats, "precision", engine.precision.rawValue)
+        shim_structure_set_string(stats, "mode", state.async == nil ? "sync" : "async")
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
         shim_structure_set_double(stats, "inference-ms", report.inferenceMs)
         shim_structure_set_double(stats, "postprocess-ms", report.postprocessMs)

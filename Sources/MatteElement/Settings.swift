@@ -44,6 +44,18 @@ enum BackgroundMode: String, PropertyEnum {
     }
 }
 
+enum MatteMode: String, PropertyEnum {
+    case sync, async
+    static let typeName = "GstMatAnyoneMode"
+    var nick: String { rawValue }
+    var blurb: String {
+        switch self {
+        case .sync: return "Every frame waits for its own alpha (output rate = inference rate)"
+        case .async: return "Inference on its own thread on the newest frame; every frame leaves at once with the newest alpha"
+        }
+    }
+}
+
 enum SeedMode: String, PropertyEnum {
     case auto, mask
     static let typeName = "GstMatAnyoneSeed"
@@ -116,6 +128,13 @@ struct Settings: Equatable {
     var warmup: UInt32 = 10
     var workingSize: UInt32 = 288
     var precision = ModelPrecision.fp32
+    /// Stream-time gap (ms) after which the track starts over; 0: every DISCONT does. 2 s: longer
+    /// than any gap a leaky queue, QoS or a CPU-bound MatAnyone2 (2–6 fps here) leaves between
+    /// processed frames, shorter than a pause after which the scene has usually changed.
+    var resetAfterGap: UInt32 = 2000
+    var mode = MatteMode.sync
+    /// async: how long (ms) a frame may wait for an alpha closer to it in time.
+    var asyncDelay: UInt32 = 0
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -209,5 +228,15 @@ struct PropertyDeclaration {
                   + "(0 = the frame's own size)", \.workingSize, 0...4096, .ready),
         .enumeration("precision", "Precision", "MatAnyone2: which model set to run; int8 must be made first (see the README)",
                      \.precision, .ready),
+        .uint("reset-after-gap", "Reset after gap",
+              "Start the track over when this many ms of stream time pass between two frames (0: on every DISCONT "
+                  + "buffer); shorter gaps (a leaky queue, QoS drops, network loss) keep the track", \.resetAfterGap,
+              0...86_400_000, .playing),
+        .enumeration("mode", "Mode", "sync: each frame its own alpha; async: constant rate, inference on the newest frame",
+                     \.mode, .ready),
+        .uint("async-delay", "Async delay",
+              "mode=async: hold frames up to this many ms so each leaves with the alpha closest to it in time "
+                  + "(part of the reported latency; at least the inference time gives every inferred frame its own alpha)",
+              \.asyncDelay, 0...10_000, .ready),
     ]
 }

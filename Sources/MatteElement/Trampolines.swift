@@ -39,9 +39,11 @@ struct ElementHandle {
     }
 }
 
-/// A mapped video frame of a vfunc call (borrowed for the call only).
+/// A mapped video frame of a vfunc call (borrowed for the call only), with the segment it belongs to
+/// for input frames.
 struct VideoFrameView {
     let frame: UnsafeMutablePointer<GstVideoFrame>
+    var segment: UnsafePointer<GstSegment>? = nil
 
     var width: Int { Int(frame.pointee.info.width) }
     var height: Int { Int(frame.pointee.info.height) }
@@ -52,6 +54,15 @@ struct VideoFrameView {
     var pts: GstClockTime { frame.pointee.buffer.pointee.pts }
     var isDiscont: Bool {
         frame.pointee.buffer.pointee.mini_object.flags & GST_BUFFER_FLAG_DISCONT.rawValue != 0
+    }
+
+    /// The buffer's stream time (ns) in its segment, nil when it has none.
+    var streamTime: UInt64? {
+        let none = shim_clock_time_none()
+        guard pts != none else { return nil }
+        guard let segment, segment.pointee.format == GST_FORMAT_TIME else { return UInt64(pts) }
+        let time = gst_segment_to_stream_time(segment, GST_FORMAT_TIME, pts)
+        return time == none ? nil : UInt64(time)
     }
 
     /// Why the mapped plane cannot hold `height` rows of `width` pixels at its stride (a GstVideoMeta
@@ -72,6 +83,23 @@ struct VideoFrameView {
         }
         return nil
     }
+}
+
+/// A buffer reference this element owns (async mode's queue): released in deinit.
+final class OwnedBuffer {
+    let buffer: UnsafeMutablePointer<GstBuffer>
+    /// Takes over the caller's reference.
+    init(taking buffer: UnsafeMutablePointer<GstBuffer>) { self.buffer = buffer }
+    deinit { gst_buffer_unref(buffer) }
+}
+
+/// Maps `buffer` as a video frame of `info` for the duration of `body`; nil when it cannot be mapped.
+private func withMappedFrame<Result>(_ buffer: UnsafeMutablePointer<GstBuffer>, _ info: UnsafeMutablePointer<GstVideoInfo>,
+                                     _ flags: GstMapFlags, _ body: (VideoFrameView) -> Result) -> Result? {
+    var frame = GstVideoFrame()
+    guard gst_video_frame_map(&frame, info, buffer, flags) != 0 else { return nil }
+    defer { gst_video_frame_unmap(&frame) }
+    return withUnsafeMutablePointer(to: &frame) { body(VideoFrameView(frame: $0)) }
 }
 
 /// Casts for the GStreamer API's own class hierarchy (C "inheritance" by first member).
@@ -117,6 +145,7 @@ private let enumTypes: [String: GType] = [
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),
     SeedMode.typeName: registerEnum(SeedMode.self),
+    MatteMode.typeName: registerEnum(MatteMode.self),
     ModelPrecision.typeName: registerEnum(ModelPrecision.self),
 ]
 
@@ -175,9 +204,22 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
     transformClass.pointee.sink_event = { trans, event in
         switch event!.pointee.type {
         case GST_EVENT_FLUSH_STOP:
+            filter(trans).flushAsync()
             filter(trans).resetStream(reason: "FLUSH_STOP")
+        case GST_EVENT_EOS, GST_EVENT_CAPS:
+            // Async mode holds frames: they leave before EOS, and before caps of another format.
+            if filter(trans).isAsync, drainAsync(trans!) != GST_FLOW_OK {
+                // (The error is on the bus; the event still goes on.)
+            }
         case GST_EVENT_STREAM_START:
             filter(trans).resetStream(reason: "STREAM_START")
+        case GST_EVENT_SEGMENT:
+            // A seek's new segment starts the track over; the same segment sent again does not.
+            var segment: UnsafePointer<GstSegment>?
+            gst_event_parse_segment(event, &segment)
+            if let segment, !sameSegment(segment.pointee, segmentOf(trans!).pointee) {
+                filter(trans).resetStream(reason: "new segment")
+            }
         case GST_EVENT_CUSTOM_DOWNSTREAM, GST_EVENT_CUSTOM_DOWNSTREAM_OOB:
             if let maskPath = reseedRequest(event!) { filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath) }
         default:
@@ -186,6 +228,13 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         return parentTransformClass.pointee.sink_event(trans, event)
     }
     transformClass.pointee.src_event = { trans, event in
+        if event!.pointee.type == GST_EVENT_LATENCY {
+            var latency: GstClockTime = 0
+            gst_event_parse_latency(event, &latency)
+            filter(trans).latencyConfigured(UInt64(latency))
+        } else if event!.pointee.type == GST_EVENT_QOS {
+            filter(trans).sawDownstreamQoS()
+        }
         if event!.pointee.type == GST_EVENT_CUSTOM_UPSTREAM, let maskPath = reseedRequest(event!) {
             // Ours: handled here, not passed further upstream.
             filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath)
@@ -195,8 +244,29 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         return parentTransformClass.pointee.src_event(trans, event)
     }
     transformClass.pointee.submit_input_buffer = { trans, isDiscont, buffer in
-        filter(trans).countSubmitted()
+        let matte = filter(trans)
+        matte.countSubmitted()
+        if matte.isAsync, let buffer {
+            let owned = OwnedBuffer(taking: buffer)
+            let segment = segmentOf(trans!)
+            return withMappedFrame(buffer, &videoFilter(trans!).pointee.in_info, GST_MAP_READ) { view in
+                matte.submitAsync(VideoFrameView(frame: view.frame, segment: UnsafePointer(segment)), buffer: owned)
+            } ?? GST_FLOW_ERROR
+        }
+        if let buffer, gst_base_transform_is_qos_enabled(trans) != 0, let timing = liveTiming(trans!, buffer),
+           let late = matte.lateness(runningTime: timing.runningTime, now: timing.now) {
+            postDropped(trans!, buffer, runningTime: timing.runningTime, late: late, counts: matte.frameCounts)
+            gst_buffer_unref(buffer)
+            return shim_flow_dropped()
+        }
         return parentTransformClass.pointee.submit_input_buffer(trans, isDiscont, buffer)
+    }
+    transformClass.pointee.generate_output = { trans, output in
+        let matte = filter(trans)
+        guard matte.isAsync else { return parentTransformClass.pointee.generate_output(trans, output) }
+        output!.pointee = nil
+        guard let (frame, alpha) = matte.releaseNext() else { return GST_FLOW_OK }
+        return renderAsync(trans!, matte, frame, alpha, into: output!)
     }
     transformClass.pointee.query = { trans, direction, query in
         guard parentTransformClass.pointee.query(trans, direction, query) != 0 else { return 0 }
@@ -216,8 +286,92 @@ private func installVideoFilterHandlers(_ videoFilterClass: UnsafeMutablePointer
         filter(videoFilter).setInfo(input: inputInfo!, output: outputInfo!) ? 1 : 0
     }
     videoFilterClass.pointee.transform_frame = { videoFilter, input, output in
-        filter(videoFilter).transform(input: VideoFrameView(frame: input!), output: VideoFrameView(frame: output!))
+        let segment = segmentOf(videoFilter!)
+        return filter(videoFilter).transform(input: VideoFrameView(frame: input!, segment: UnsafePointer(segment)),
+                                             output: VideoFrameView(frame: output!))
     }
+}
+
+/// The instance as the GstVideoFilter it is (negotiated infos).
+private func videoFilter(_ instance: UnsafeMutableRawPointer) -> UnsafeMutablePointer<GstVideoFilter> {
+    instance.assumingMemoryBound(to: GstVideoFilter.self)
+}
+
+/// Produces the output buffer of a released async frame: allocated like the base class's own
+/// outputs (metadata and timestamps copied), written by `renderAsync`.
+private func renderAsync(_ trans: UnsafeMutableRawPointer, _ matte: MatteFilter, _ frame: QueuedFrame, _ alpha: AsyncMatting.Alpha?,
+                         into output: UnsafeMutablePointer<UnsafeMutablePointer<GstBuffer>?>) -> GstFlowReturn {
+    let transform = trans.assumingMemoryBound(to: GstBaseTransform.self)
+    var outbuf: UnsafeMutablePointer<GstBuffer>?
+    let prepared = parentTransformClass.pointee.prepare_output_buffer(transform, frame.buffer.buffer, &outbuf)
+    guard prepared == GST_FLOW_OK, let outbuf else { return prepared == GST_FLOW_OK ? GST_FLOW_ERROR : prepared }
+    let filterInstance = videoFilter(trans)
+    let flow = withMappedFrame(frame.buffer.buffer, &filterInstance.pointee.in_info, GST_MAP_READ) { input in
+        withMappedFrame(outbuf, &filterInstance.pointee.out_info, GST_MAP_WRITE) { out in
+            matte.renderAsync(input: input, output: out, alpha: alpha)
+        } ?? GST_FLOW_ERROR
+    } ?? GST_FLOW_ERROR
+    guard flow == GST_FLOW_OK else {
+        gst_buffer_unref(outbuf)
+        return flow
+    }
+    output.pointee = outbuf
+    return GST_FLOW_OK
+}
+
+/// Pushes every frame async mode still holds (EOS, new caps), on the streaming thread.
+private func drainAsync(_ trans: UnsafeMutableRawPointer) -> GstFlowReturn {
+    let matte = filter(trans)
+    let transform = trans.assumingMemoryBound(to: GstBaseTransform.self)
+    for (frame, alpha) in matte.drainAsync() {
+        var out: UnsafeMutablePointer<GstBuffer>?
+        let flow = renderAsync(trans, matte, frame, alpha, into: &out)
+        guard flow == GST_FLOW_OK, let out else { return flow }
+        let pushed = gst_pad_push(transform.pointee.srcpad, out)
+        guard pushed == GST_FLOW_OK else { return pushed }
+    }
+    return GST_FLOW_OK
+}
+
+/// The base class's current input segment (a field of the instance, updated by SEGMENT events).
+private func segmentOf(_ instance: UnsafeMutableRawPointer) -> UnsafeMutablePointer<GstSegment> {
+    (instance + MemoryLayout<GstBaseTransform>.offset(of: \GstBaseTransform.segment)!).assumingMemoryBound(to: GstSegment.self)
+}
+
+/// A buffer's running time and the clock's running time now, when the element runs against a clock
+/// and the buffer is timestamped in a TIME segment.
+private func liveTiming(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutablePointer<GstBuffer>)
+    -> (runningTime: UInt64, now: UInt64)? {
+    let none = shim_clock_time_none()
+    let segment = segmentOf(trans)
+    let element = trans.assumingMemoryBound(to: GstElement.self)
+    guard buffer.pointee.pts != none, segment.pointee.format == GST_FORMAT_TIME,
+          let clock = gst_element_get_clock(element) else { return nil }
+    defer { gst_object_unref(clock) }
+    let runningTime = gst_segment_to_running_time(segment, GST_FORMAT_TIME, buffer.pointee.pts)
+    let clockTime = gst_clock_get_time(clock), baseTime = gst_element_get_base_time(element)
+    guard runningTime != none, clockTime != none, clockTime >= baseTime else { return nil }
+    return (UInt64(runningTime), UInt64(clockTime - baseTime))
+}
+
+/// The QoS message of a frame dropped before work (as the base class posts for its own drops).
+private func postDropped(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutablePointer<GstBuffer>, runningTime: UInt64,
+                         late: UInt64, counts: (submitted: UInt, processed: UInt)) {
+    let object = trans.assumingMemoryBound(to: GstObject.self)
+    let segment = segmentOf(trans)
+    let pts = buffer.pointee.pts
+    let streamTime = gst_segment_to_stream_time(segment, GST_FORMAT_TIME, pts)
+    guard let message = gst_message_new_qos(object, 1, GstClockTime(runningTime), streamTime, pts, buffer.pointee.duration) else { return }
+    gst_message_set_qos_values(message, gint64(clamping: late), 1.0, 1_000_000)
+    gst_message_set_qos_stats(message, GST_FORMAT_BUFFERS, counts.processed, counts.submitted &- counts.processed)
+    gst_element_post_message(trans.assumingMemoryBound(to: GstElement.self), message)
+}
+
+/// Whether two segments describe the same timeline (`position`, which the base class advances with
+/// every buffer, and `duration` do not count).
+private func sameSegment(_ a: GstSegment, _ b: GstSegment) -> Bool {
+    a.format == b.format && a.flags == b.flags && a.rate == b.rate && a.applied_rate == b.applied_rate
+        && a.base == b.base && a.offset == b.offset && a.start == b.start && a.stop == b.stop && a.time == b.time
 }
 
 /// For a `matanyone-reseed` event: its optional `mask` path ("" when absent); nil for other events.

@@ -76,6 +76,10 @@ public final class MatAnyone2Engine: MattingEngine {
         self.sessions = sessions
         self.parameters = parameters
         memoryBudget = options.memoryBudget
+        // The whole step schedule built once at the smallest size: a manifest whose shapes the glue
+        // cannot use fails here, when the element starts, not at negotiation.
+        _ = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
+                               width: 32, height: 32, parameters: parameters)
         self.workingShortSide = workingShortSide
         seedSource = seed
         // The segmenter seeds automatically; without it only a mask can seed.

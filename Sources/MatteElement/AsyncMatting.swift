@@ -1,0 +1,185 @@
+import Foundation
+import MatteEngine
+
+/// The constant-rate mode's inference side: a thread of its own runs the engine on the newest frame
+/// it was handed (an older one still waiting is replaced), and keeps the last few finished alphas
+/// for the streaming thread to pick from. The engine is touched by this thread alone while it runs;
+/// resets and reseeds asked for elsewhere are applied by it before its next frame.
+final class AsyncMatting {
+    /// A finished alpha: the full-size plane of the frame at `pts`.
+    struct Alpha {
+        let pts: UInt64
+        let plane: [UInt8]
+        let finishedMs: Double
+        let inferenceMs: Double
+    }
+
+    private struct Frame {
+        let pixels: [UInt8]
+        let width: Int, height: Int
+        let pts: UInt64
+    }
+
+    private enum Request {
+        case reset
+        case reseed(SeedSource?)
+        case replaceSeed(SeedSource)
+    }
+
+    let engine: MattingEngine
+    private let condition = NSCondition()
+    // Guarded by `condition`.
+    private var pending: Frame?
+    private var inFlight: UInt64?
+    private var requests: [Request] = []
+    private var finished: [Alpha] = []
+    private var failure: Error?
+    private var running = false
+    private var thread: Thread?
+    /// Alphas kept for the streaming thread (each a full frame of bytes).
+    static let kept = 6
+
+    init(engine: MattingEngine) { self.engine = engine }
+
+    deinit { stop() }
+
+    func start() {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !running else { return }
+        running = true
+        let worker = Thread { [unowned self] in self.work() }
+        worker.name = "matanyone-inference"
+        thread = worker
+        worker.start()
+    }
+
+    /// Stops the thread (after the frame in progress) and waits for it; forgets pending work.
+    func stop() {
+        condition.lock()
+        guard running else {
+            condition.unlock()
+            return
+        }
+        running = false
+        pending = nil
+        condition.broadcast()
+        while thread != nil { condition.wait() }
+        condition.unlock()
+    }
+
+    /// Hands the newest frame over (copied); a frame still waiting is dropped for it.
+    func submit(_ frame: BGRAImage, pts: UInt64) {
+        var pixels = [UInt8](repeating: 0, count: frame.width * frame.height * 4)
+        pixels.withUnsafeMutableBufferPointer { out in
+            for y in 0..<frame.height {
+                (out.baseAddress! + y * frame.width * 4).update(from: frame.base + y * frame.stride, count: frame.width * 4)
+            }
+        }
+        condition.lock()
+        pending = Frame(pixels: pixels, width: frame.width, height: frame.height, pts: pts)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func reset() { enqueue(.reset, clearing: true) }
+    func reseed(_ source: SeedSource?) { enqueue(.reseed(source), clearing: false) }
+    func replaceSeed(_ source: SeedSource) { enqueue(.replaceSeed(source), clearing: false) }
+
+    /// A reset also forgets the alphas of the old track and any frame still waiting.
+    private func enqueue(_ request: Request, clearing: Bool) {
+        condition.lock()
+        requests.append(request)
+        if clearing {
+            finished.removeAll()
+            pending = nil
+        }
+        condition.unlock()
+    }
+
+    /// The finished alpha closest in time to `pts` (nil before the first), whether the frame at `pts`
+    /// is still waiting for or under inference, and the first failure of the thread, if any.
+    func closest(to pts: UInt64) -> (alpha: Alpha?, ownAlphaComing: Bool, failure: Error?) {
+        condition.lock()
+        defer { condition.unlock() }
+        let best = finished.min { distance($0.pts, pts) < distance($1.pts, pts) }
+        let coming = pending?.pts == pts || inFlight == pts
+        return (best, coming && best?.pts != pts, failure)
+    }
+
+    /// Waits (up to `timeoutMs`) until no frame is waiting or under inference: draining at EOS.
+    func waitIdle(timeoutMs: Double) {
+        let deadline = Date().addingTimeInterval(timeoutMs / 1000)
+        condition.lock()
+        while running, pending != nil || inFlight != nil, condition.wait(until: deadline) {}
+        condition.unlock()
+    }
+
+    /// Inferences finished per second over the alphas kept (0 with fewer than two).
+    var inferenceFPS: Double {
+        condition.lock()
+        defer { condition.unlock() }
+        guard finished.count >= 2, let first = finished.first, let last = finished.last, last.finishedMs > first.finishedMs else { return 0 }
+        return Double(finished.count - 1) * 1000 / (last.finishedMs - first.finishedMs)
+    }
+
+    private func distance(_ a: UInt64, _ b: UInt64) -> UInt64 { a > b ? a - b : b - a }
+
+    private func work() {
+        var report = FrameReport(modelCount: engine.modelNames.count)
+        while true {
+            condition.lock()
+            while running, pending == nil, requests.isEmpty { condition.wait() }
+            guard running else {
+                thread = nil
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let todo = requests
+            requests.removeAll()
+            let frame = pending
+            pending = nil
+            inFlight = frame?.pts
+            condition.unlock()
+
+            for request in todo {
+                switch request {
+                case .reset: engine.reset()
+                case let .reseed(source): engine.reseed(source)
+                case let .replaceSeed(source): engine.replaceSeed(source)
+                }
+            }
+            guard let frame else { continue }
+            var plane = [UInt8](repeating: 0, count: frame.width * frame.height)
+            let start = monotonicMs()
+            var error: Error?
+            do {
+                report.clear()
+                try frame.pixels.withUnsafeBufferPointer { pixels in
+                    try plane.withUnsafeMutableBufferPointer { alpha in
+                        try engine.matte(BGRAImage(base: pixels.baseAddress!, width: frame.width, height: frame.height,
+                                                   stride: frame.width * 4),
+                                         into: GrayImage(base: alpha.baseAddress!, width: frame.width, height: frame.height,
+                                                         stride: frame.width),
+                                         report: &report)
+                    }
+                }
+            } catch let failed {
+                error = failed
+            }
+            let end = monotonicMs()
+            condition.lock()
+            inFlight = nil
+            if let error {
+                failure = failure ?? error
+            } else if requests.allSatisfy({ if case .reset = $0 { return false }; return true }) {
+                // (An alpha finished after a reset was asked for belongs to the old track.)
+                finished.append(Alpha(pts: frame.pts, plane: plane, finishedMs: end, inferenceMs: end - start))
+                if finished.count > AsyncMatting.kept { finished.removeFirst(finished.count - AsyncMatting.kept) }
+            }
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+}

@@ -1,0 +1,143 @@
+import CGStreamer
+import Foundation
+import MatteEngine
+
+/// A frame waiting to leave in async mode: its buffer (our reference) and when it arrived.
+struct QueuedFrame {
+    let buffer: OwnedBuffer
+    let pts: UInt64
+    let arrivalMs: Double
+}
+
+/// mode=async on the streaming thread: every input frame is handed to the inference thread (which
+/// keeps the newest) and queued; frames leave through `releaseNext`, each with the finished alpha
+/// closest to it in time, at once or — with async-delay — once their own alpha is ready or the delay
+/// has passed.
+extension MatteFilter {
+    var isAsync: Bool { stream.withLock { $0?.async != nil } }
+
+    /// Takes an input frame (the buffer reference passes to the queue).
+    func submitAsync(_ input: VideoFrameView, buffer: OwnedBuffer) -> GstFlowReturn {
+        var posts: [Post] = []
+        let flow = stream.withLock { state -> GstFlowReturn in
+            guard let state, let async = state.async else { return GST_FLOW_NOT_NEGOTIATED }
+            if let problem = input.layoutProblem(bytesPerPixel: 4) {
+                posts.append(.streamError(problem))
+                return GST_FLOW_ERROR
+            }
+            if let reason = gapReset(input, state: state, settings: snapshot()) {
+                DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(input.pts): \(reason)")
+                async.reset()
+            }
+            if let source = pendingSeed.withLock({ pending -> SeedSource? in defer { pending = nil }; return pending }) {
+                async.replaceSeed(source)
+            }
+            if let reseed = pendingReseed.withLock({ pending -> SeedSource?? in defer { pending = nil }; return pending }) {
+                async.reseed(reseed)
+            }
+            let pts = UInt64(input.pts)
+            async.submit(input.bgra, pts: pts)
+            state.queue.append(QueuedFrame(buffer: buffer, pts: pts, arrivalMs: monotonicMs()))
+            return GST_FLOW_OK
+        }
+        for post in posts { deliver(post) }
+        return flow
+    }
+
+    /// The next frame that may leave now (with the alpha to apply), or nil. `draining` releases
+    /// everything (EOS, new caps).
+    func releaseNext(draining: Bool = false) -> (frame: QueuedFrame, alpha: AsyncMatting.Alpha?)? {
+        var posts: [Post] = []
+        let next = stream.withLock { state -> (QueuedFrame, AsyncMatting.Alpha?)? in
+            guard let state, let async = state.async, let head = state.queue.first else { return nil }
+            let (alpha, ownComing, failure) = async.closest(to: head.pts)
+            if let failure {
+                posts.append(.error(failure))
+                state.queue.removeAll()
+                return nil
+            }
+            let waited = monotonicMs() - head.arrivalMs
+            let ready: Bool
+            if draining || state.asyncDelayMs == 0 || waited >= state.asyncDelayMs {
+                ready = true
+            } else if let alpha, alpha.pts == head.pts {
+                ready = true  // its own alpha
+            } else {
+                // Not its own alpha coming: one from this frame's time or later is as close as any will be.
+                ready = !ownComing && (alpha.map { $0.pts >= head.pts } ?? false)
+            }
+            guard ready else { return nil }
+            state.queue.removeFirst()
+            return (head, alpha)
+        }
+        for post in posts { deliver(post) }
+        return next
+    }
+
+    /// Everything still queued, after the inference thread finished what it holds (waiting at most
+    /// the delay the frames would have waited anyway, and at least for one inference).
+    func drainAsync() -> [(frame: QueuedFrame, alpha: AsyncMatting.Alpha?)] {
+        guard let (async, delay) = stream.withLock({ state in state?.async.map { ($0, state!.asyncDelayMs) } }) else { return [] }
+        async.waitIdle(timeoutMs: max(delay, 5000))
+        var out: [(frame: QueuedFrame, alpha: AsyncMatting.Alpha?)] = []
+        while let next = releaseNext(draining: true) { out.append(next) }
+        return out
+    }
+
+    /// Forgets the queued frames (FLUSH_STOP).
+    func flushAsync() { stream.withLock { $0?.queue.removeAll() } }
+
+    /// Writes the output of a released frame: its alpha (opaque before the first) as GRAY8, or the
+    /// composite.
+    func renderAsync(input: VideoFrameView, output destination: VideoFrameView, alpha: AsyncMatting.Alpha?) -> GstFlowReturn {
+        var posts: [Post] = []
+        let flow = stream.withLock { state -> GstFlowReturn in
+            guard let state, let async = state.async else { return GST_FLOW_NOT_NEGOTIATED }
+            let bytesPerPixel = state.output == .alpha ? 1 : 4
+            if let problem = input.layoutProblem(bytesPerPixel: 4) ?? destination.layoutProblem(bytesPerPixel: bytesPerPixel) {
+                posts.append(.streamError(problem))
+                return GST_FLOW_ERROR
+            }
+            let start = monotonicMs()
+            let current = snapshot()
+            let frame = input.bgra
+            let usable = alpha.flatMap { $0.plane.count == frame.width * frame.height ? $0 : nil }
+            var plane = usable?.plane ?? state.opaquePlane
+            plane.withUnsafeMutableBufferPointer { buffer in
+                let matte = GrayImage(base: buffer.baseAddress!, width: frame.width, height: frame.height, stride: frame.width)
+                switch state.output {
+                case .alpha:
+                    for y in 0..<frame.height {
+                        (destination.bytes + y * destination.stride).update(from: matte.base + y * frame.width, count: frame.width)
+                    }
+                case let .composite(format):
+                    state.compositor.composite(frame: frame, alpha: matte, output: destination.bytes,
+                                               outputStride: destination.stride, format: format,
+                                               background: current.background, color: current.backgroundColor)
+                }
+            }
+            state.framesProcessed += 1
+            let costMs = monotonicMs() - start
+            let (drifted, latencyMs) = latency.withLock { latency -> (Bool, Double) in
+                (latency.tracker.add(costMs), latency.tracker.expectedMs(fallbackMs: 0) + latency.heldMs)
+            }
+            if drifted { posts.append(.latency) }
+            let ageMs = usable.map { (Double(input.pts) - Double($0.pts)) / 1_000_000 }
+            DebugLog.log(GST_LEVEL_LOG, handle, "async frame pts \(input.pts): alpha of pts \(usable.map { "\($0.pts)" } ?? "none"), "
+                         + "\(costMs) ms")
+            if current.statsInterval > 0, state.framesProcessed % UInt(current.statsInterval) == 0 {
+                state.report.clear()
+                state.report.postprocessMs = costMs
+                state.report.inferenceMs = usable?.inferenceMs ?? 0
+                state.report.seeded = usable != nil
+                let stats = stats(pts: input.pts, totalMs: costMs, latencyMs: latencyMs, state: state)
+                if let ageMs { shim_structure_set_double(stats, "alpha-age-ms", ageMs) }
+                shim_structure_set_double(stats, "inference-fps", async.inferenceFPS)
+                posts.append(.stats(stats))
+            }
+            return GST_FLOW_OK
+        }
+        for post in posts { deliver(post) }
+        return flow
+    }
+}

@@ -1,0 +1,166 @@
+import CGStreamer
+import CGstCheck
+import Foundation
+import Testing
+import MatteElement
+import TestPaths
+
+/// What a live pipeline sees: a clocked source faster than MatAnyone2, a sink that drops what comes
+/// late. Counted from the bus: QoS messages (who dropped what) and the element's stats.
+struct LiveRun {
+    var elementDrops = 0
+    var sinkDrops = 0
+    var processed = 0
+    var stats: [[String: String]] = []
+    var error: String?
+    var reachedEOS = false
+}
+
+func runLive(_ description: String, timeout: Double = 120) -> LiveRun {
+    precondition(gstreamerReady)
+    var parseError: UnsafeMutablePointer<GError>?
+    guard let pipeline = gst_parse_launch(description, &parseError) else { return LiveRun(error: "parse") }
+    defer {
+        gst_element_set_state(pipeline, GST_STATE_NULL)
+        gst_object_unref(pipeline)
+    }
+    let bus = gst_element_get_bus(pipeline)!
+    defer { gst_object_unref(bus) }
+    gst_element_set_state(pipeline, GST_STATE_PLAYING)
+    var run = LiveRun()
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline, !run.reachedEOS, run.error == nil {
+        guard let message = gst_bus_timed_pop(bus, 100_000_000) else { continue }
+        defer { gst_message_unref(message) }
+        let source = String(cString: gst_object_get_name(message.pointee.src))
+        switch message.pointee.type {
+        case GST_MESSAGE_EOS:
+            run.reachedEOS = true
+        case GST_MESSAGE_LATENCY:
+            // What every live application does (gst-launch-1.0 too).
+            _ = gst_bin_recalculate_latency(UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self))
+        case GST_MESSAGE_ERROR:
+            var error: UnsafeMutablePointer<GError>?
+            gst_message_parse_error(message, &error, nil)
+            run.error = error.map { String(cString: $0.pointee.message) } ?? "?"
+            g_error_free(error)
+        case GST_MESSAGE_QOS:
+            var format = GST_FORMAT_UNDEFINED
+            var processed: guint64 = 0, dropped: guint64 = 0
+            gst_message_parse_qos_stats(message, &format, &processed, &dropped)
+            if source == "m" { run.elementDrops = max(run.elementDrops, Int(dropped)) }
+            if source == "sink" { run.sinkDrops = max(run.sinkDrops, Int(dropped)) }
+        case GST_MESSAGE_ELEMENT:
+            guard let structure = gst_message_get_structure(message),
+                  String(cString: gst_structure_get_name(structure)) == "matanyone-stats" else { break }
+            var fields: [String: String] = [:]
+            for index in 0..<gst_structure_n_fields(structure) {
+                let field = gst_structure_nth_field_name(structure, guint(index))!
+                if let value = gst_structure_get_value(structure, field), let text = gst_value_serialize(value) {
+                    fields[String(cString: field)] = String(cString: text)
+                    g_free(text)
+                }
+            }
+            run.stats.append(fields)
+            run.processed = Int(fields["frame"] ?? "") ?? run.processed
+        default:
+            break
+        }
+    }
+    return run
+}
+
+@Suite(.serialized) struct LiveChainTests {
+    let data = TestPaths.dataDir
+    var matanyone2: String {
+        "matanyone name=m engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" working-size=144 warmup=0 seed=mask "
+            + "seed-mask=\"\(data)/test-sample2-mask-512x288.png\" stats-interval=1"
+    }
+    let liveSource = "videotestsrc is-live=true pattern=ball num-buffers=150 ! video/x-raw,format=BGRA,width=640,height=360,framerate=30/1"
+    let videoSink = "fakesink name=sink sync=true max-lateness=20000000 qos=true"
+
+    /// MatAnyone2 is slower than the 30 fps source: frames that could only reach the sink late are
+    /// dropped before any work, and what the element does finish reaches the sink in time.
+    @Test func predictiveQoSDropsBeforeWorkNotAfter() {
+        let run = runLive("\(liveSource) ! \(matanyone2) ! video/x-raw,format=GRAY8 ! \(videoSink)")
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.reachedEOS)
+        #expect(run.processed >= 5)
+        #expect(run.elementDrops > 0, "a 30 fps source into a slower element must drop")
+        // ≤ 5 %, and in a run this short the one or two frames in flight while the pipeline first
+        // configures its latency.
+        #expect(run.sinkDrops <= max(2, run.processed / 20), "the sink dropped \(run.sinkDrops) of \(run.processed) processed frames")
+        // The track survived the drops (a DISCONT after each): it seeded once.
+        #expect(run.stats.filter { $0["seed-ms"] != nil }.count == 1)
+    }
+
+    private func values(_ run: LiveRun, _ field: String) -> [Double] { run.stats.compactMap { $0[field].flatMap(Double.init) } }
+
+    /// mode=async: every frame leaves (none dropped by the element), each with the newest alpha;
+    /// inference runs on its own thread at its own rate.
+    @Test func asyncModeKeepsEveryFrame() {
+        let run = runLive("\(liveSource) ! \(matanyone2) mode=async ! video/x-raw,format=BGRA ! \(videoSink)")
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.reachedEOS)
+        #expect(run.processed == 150, "frames out: \(run.processed)")
+        #expect(run.elementDrops == 0)
+        let ages = values(run, "alpha-age-ms")
+        #expect(ages.count > 100, "frames with an alpha: \(ages.count)")
+        #expect(ages.allSatisfy { $0 >= 0 })
+        #expect(values(run, "inference-fps").last ?? 0 > 1)
+        #expect(run.stats.allSatisfy { $0["mode"] == "async" })
+    }
+
+    /// With async-delay at least the inference time, a frame that was inferred leaves with its own
+    /// alpha (age 0), and the delay is part of the reported latency.
+    @Test func asyncDelayGivesInferredFramesTheirOwnAlpha() {
+        let run = runLive("\(liveSource) ! \(matanyone2) mode=async async-delay=1500 ! video/x-raw,format=GRAY8 ! \(videoSink)")
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.processed == 150, "frames out: \(run.processed)")
+        let ages = values(run, "alpha-age-ms")
+        #expect(ages.filter { $0 == 0 }.count >= 5, "frames that left with their own alpha: \(ages.filter { $0 == 0 }.count)")
+        #expect(values(run, "latency-ms").last ?? 0 >= 1500)
+    }
+
+    /// Caps of another size, a flush and EOS reach across the thread boundary: every frame pushed
+    /// comes out, at the size of its caps.
+    @Test func asyncModeAcrossCapsFlushAndEOS() throws {
+        precondition(gstreamerReady)
+        let harness = gst_harness_new_parse("\(matanyone2) mode=async async-delay=200")!
+        defer { gst_harness_teardown(harness) }
+        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
+        func push(_ width: Int, _ height: Int, _ count: Int) {
+            for index in 0..<count {
+                let buffer = gst_buffer_new_allocate(nil, gsize(width * height * 4), nil)!
+                gst_buffer_memset(buffer, 0, UInt8(40 + index), gsize(width * height * 4))
+                buffer.pointee.pts = GstClockTime(index) * 40_000_000
+                #expect(gst_harness_push(harness, buffer) == GST_FLOW_OK)
+            }
+        }
+        func pullAll() -> [Int] {
+            var sizes: [Int] = []
+            while let buffer = gst_harness_try_pull(harness) {
+                sizes.append(Int(gst_buffer_get_size(buffer)))
+                gst_buffer_unref(buffer)
+            }
+            return sizes
+        }
+        gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=320,height=180,framerate=25/1")
+        push(320, 180, 6)
+        gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=160,height=96,framerate=25/1")
+        push(160, 96, 4)
+        #expect(gst_harness_push_event(harness, gst_event_new_flush_start()) != 0)
+        #expect(gst_harness_push_event(harness, gst_event_new_flush_stop(1)) != 0)
+        var segment = GstSegment()
+        gst_segment_init(&segment, GST_FORMAT_TIME)
+        #expect(gst_harness_push_event(harness, gst_event_new_segment(&segment)) != 0)
+        push(160, 96, 3)
+        #expect(gst_harness_push_event(harness, gst_event_new_eos()) != 0)
+        let sizes = pullAll()
+        // The first six left at 320×180 before the new caps; of the rest, the flush may have
+        // discarded some still held; the three after it left at EOS.
+        #expect(sizes.prefix(6).allSatisfy { $0 == 320 * 180 }, "\(sizes)")
+        #expect(sizes.dropFirst(6).allSatisfy { $0 == 160 * 96 }, "\(sizes)")
+        #expect(sizes.count >= 9 && sizes.count <= 13, "\(sizes.count) frames out")
+    }
+}
