@@ -115,6 +115,24 @@ final class AsyncMatting {
         condition.unlock()
     }
 
+    /// Waits (up to `timeoutMs`) for the alpha of the frame at `pts`, while it is waiting for or under
+    /// inference.
+    func waitForAlpha(of pts: UInt64, timeoutMs: Double) {
+        let deadline = Date().addingTimeInterval(timeoutMs / 1000)
+        condition.lock()
+        while running, pending?.pts == pts || inFlight == pts, !finished.contains(where: { $0.pts == pts }),
+              condition.wait(until: deadline) {}
+        condition.unlock()
+    }
+
+    /// The median inference time of the alphas kept (ms), nil before the first.
+    var medianInferenceMs: Double? {
+        condition.lock()
+        defer { condition.unlock() }
+        let times = finished.map(\.inferenceMs).sorted()
+        return times.isEmpty ? nil : times[times.count / 2]
+    }
+
     /// Inferences finished per second over the alphas kept (0 with fewer than two).
     var inferenceFPS: Double {
         condition.lock()

@@ -44,12 +44,21 @@ extension MatteFilter {
         return flow
     }
 
+    /// A frame's own alpha is worth waiting for, even with async-delay=0, when inference takes less
+    /// than this (ms): a quarter of a frame at 30 fps. A fast engine (the segmenter, ~5 ms) then gives
+    /// every frame its own alpha at the input rate; a slow one (MatAnyone2) is never waited for.
+    static let quickWaitMs = 8.0
+
     /// The next frame that may leave now (with the alpha to apply), or nil. `draining` releases
     /// everything (EOS, new caps).
     func releaseNext(draining: Bool = false) -> (frame: QueuedFrame, alpha: AsyncMatting.Alpha?)? {
         var posts: [Post] = []
         let next = stream.withLock { state -> (QueuedFrame, AsyncMatting.Alpha?)? in
             guard let state, let async = state.async, let head = state.queue.first else { return nil }
+            if !draining, state.asyncDelayMs < MatteFilter.quickWaitMs,
+               let typical = async.medianInferenceMs, typical < MatteFilter.quickWaitMs {
+                async.waitForAlpha(of: head.pts, timeoutMs: MatteFilter.quickWaitMs)
+            }
             let (alpha, ownComing, failure) = async.closest(to: head.pts)
             if let failure {
                 posts.append(.error(failure))

@@ -179,6 +179,7 @@ final class MatteFilter {
         options.session.threads = Int(settings.threads)
         options.session.provider = settings.executionProvider
         options.precision = settings.precision
+        options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
         var parameters = MatAnyone2Parameters()
         parameters.memEvery = Int(settings.memEvery)
         parameters.maxMemFrames = Int(settings.maxMemFrames)
@@ -334,7 +335,9 @@ final class MatteFilter {
             // In async mode a frame costs its copy and composite, not an inference: the latency
             // starts from the delay and learns the rest.
             latency.withLock {
-                $0 = current.mode == .async ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0, heldMs: Double(current.asyncDelay))
+                $0 = current.mode == .async
+                    ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0,
+                                   heldMs: max(Double(current.asyncDelay), MatteFilter.quickWaitMs))
                                             : LatencyState(tracker: LatencyTracker(), warmUpMs: ms)
             }
             return true

@@ -135,6 +135,10 @@ struct Settings: Equatable {
     var mode = MatteMode.sync
     /// async: how long (ms) a frame may wait for an alpha closer to it in time.
     var asyncDelay: UInt32 = 0
+    /// Segmenter: motion-adaptive temporal smoothing in percent (0 = off).
+    /// 50: halves flicker at the soft edge on two real clips while a moving edge trails by under
+    /// 2.5 % (tools/flicker.py, README).
+    var temporalSmoothing: UInt32 = 50
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -238,5 +242,8 @@ struct PropertyDeclaration {
               "mode=async: hold frames up to this many ms so each leaves with the alpha closest to it in time "
                   + "(part of the reported latency; at least the inference time gives every inferred frame its own alpha)",
               \.asyncDelay, 0...10_000, .ready),
+        .uint("temporal-smoothing", "Temporal smoothing",
+              "Segmenter: how strongly the matte of still parts of the picture is averaged over time against flicker, "
+                  + "in percent (0 = off); where the picture moves the matte follows at once", \.temporalSmoothing, 0...99, .ready),
     ]
 }

@@ -82,12 +82,15 @@ public final class MatAnyone2Engine: MattingEngine {
                                width: 32, height: 32, parameters: parameters)
         self.workingShortSide = workingShortSide
         seedSource = seed
-        // The segmenter seeds automatically; without it only a mask can seed.
+        // The segmenter seeds automatically; without it only a mask can seed. It judges frames one
+        // by one, so unsmoothed.
+        var seeding = options
+        seeding.temporalSmoothing = 0
         if case .automatic = seed {
-            segmenter = try SegmenterEngine(options: options)
+            segmenter = try SegmenterEngine(options: seeding)
         } else {
             segmenter = ModelLocations.hasModelSet(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
-                ? try? SegmenterEngine(options: options) : nil
+                ? try? SegmenterEngine(options: seeding) : nil
         }
     }
 

@@ -39,6 +39,8 @@ public struct EngineOptions: Equatable, Sendable {
     public var precision: ModelPrecision
     /// Bytes one working size may take (MatAnyone2): larger sizes are refused with the largest that fits.
     public var memoryBudget: Int
+    /// Segmenter: motion-adaptive temporal smoothing, 0 (off) … 1 (see TemporalFilter).
+    public var temporalSmoothing: Double = 0
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
                 session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
                 memoryBudget: Int = MemoryBudget.default) {

@@ -13,6 +13,7 @@ public final class SegmenterEngine: MattingEngine {
     let channelsLast: Bool
     private var down: Resampler?
     private var up: Resampler?
+    private let smoothing: TemporalFilter?
 
     public convenience init(options: EngineOptions) throws {
         do {
@@ -50,11 +51,13 @@ public final class SegmenterEngine: MattingEngine {
         input = try Tensor(runtime: runtime, shape: shape, name: "segmenter input")
         output = try Tensor(runtime: runtime, shape: outputSpec.shape, name: "segmenter output")
         binding = try session.bind(inputs: [session.inputs[0].name: input], outputs: [outputSpec.name: output])
+        smoothing = options.temporalSmoothing > 0
+            ? TemporalFilter(width: inputWidth, height: inputHeight, strength: Float(options.temporalSmoothing)) : nil
     }
 
     public var provider: ExecutionProvider { session.provider }
 
-    public func reset() {}
+    public func reset() { smoothing?.reset() }
 
     public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         try EngineError.boundary(.processing) { try matteFrame(frame, into: alpha, report: &report) }
@@ -77,6 +80,13 @@ public final class SegmenterEngine: MattingEngine {
         let inferStart = monotonicMs()
         try binding.run()
         let inferEnd = monotonicMs()
+        if let smoothing {
+            let pixels = input.data, channelsLast = self.channelsLast
+            smoothing.apply(output.data) { i in
+                channelsLast ? (pixels[3 * i], pixels[3 * i + 1], pixels[3 * i + 2])
+                             : (pixels[i], pixels[planeSize + i], pixels[2 * planeSize + i])
+            }
+        }
         up!.resample(output.data, sourceStride: inputWidth, into: alpha)
         let end = monotonicMs()
         report.preprocessMs = inferStart - start

@@ -349,3 +349,27 @@ import TestPaths
         #expect(difference <= 1, "a reseed differs from a fresh start by \(difference) levels")
     }
 }
+
+/// The segmenter's temporal filter: still picture → the matte settles; moving picture → it follows.
+struct TemporalFilterTests {
+    @Test func stillPicturesAreSmoothedMovingOnesFollowAtOnce() {
+        let filter = TemporalFilter(width: 8, height: 8, strength: 0.5)
+        var still: (Int) -> (Float, Float, Float) = { _ in (0.5, 0.5, 0.5) }
+        var values = [Float](repeating: 0.2, count: 64)
+        filter.apply(&values, rgb: still)
+        #expect(values.allSatisfy { $0 == 0.2 })  // the first frame passes as it is
+        // The model flickers to 0.8 on a still picture: the matte moves half way.
+        values = [Float](repeating: 0.8, count: 64)
+        filter.apply(&values, rgb: still)
+        #expect(values.allSatisfy { abs($0 - 0.5) < 1e-6 })
+        // The picture changes (a person moves in): the matte follows at once.
+        still = { _ in (0.9, 0.9, 0.9) }
+        values = [Float](repeating: 1, count: 64)
+        filter.apply(&values, rgb: still)
+        #expect(values.allSatisfy { abs($0 - 1) < 1e-6 })
+        filter.reset()
+        values = [Float](repeating: 0.1, count: 64)
+        filter.apply(&values, rgb: still)
+        #expect(values.allSatisfy { $0 == 0.1 })
+    }
+}
