@@ -56,7 +56,34 @@ live_dry_run() {
     SOURCE="videotestsrc is-live=true num-buffers=60 pattern=ball" SINK="fakesink sync=true" \
         timeout 60 "$ROOT/examples/pipelines/live-webcam-blur.sh"
 }
-check "example: live pipeline with leaky queue (videotestsrc stands in for v4l2src)" live_dry_run
+check "example: live camera, async blur, leaky queue (videotestsrc stands in for v4l2src)" live_dry_run
+
+# The broadcast chain: live source → matanyone (async) → H.264 → MPEG-TS → RTP/UDP on loopback, and a
+# receiving pipeline that decodes what arrives into PNGs.
+broadcast_over_udp() {
+    local port=$((20000 + RANDOM % 20000)) rx="$OUT/udp-rx"
+    mkdir -p "$rx"
+    SINK="videoconvert ! pngenc ! multifilesink location=$rx/frame-%05d.png" \
+        timeout -s INT 40 "$ROOT/examples/pipelines/udp-mpegts-receive.sh" "$port" >"$OUT/udp-rx.log" 2>&1 &
+    local receiver=$!
+    sleep 2
+    SOURCE="videotestsrc is-live=true num-buffers=150 pattern=ball" \
+        timeout 60 "$ROOT/examples/pipelines/live-to-udp-mpegts.sh" 127.0.0.1 "$port" >"$OUT/udp-tx.log" 2>&1 || { echo "sender failed"; tail "$OUT/udp-tx.log"; kill -INT $receiver; return 1; }
+    sleep 2
+    kill -INT $receiver 2>/dev/null; wait $receiver
+    local n; n=$(ls "$rx" | wc -l)
+    echo "$n frames received of 150 sent"
+    [ "$n" -ge 100 ]
+}
+check "example: live → matanyone → H.264 MPEG-TS over RTP/UDP (loopback) → receiver decodes the frames" broadcast_over_udp
+
+live_alpha_pngs() {
+    SOURCE="videotestsrc is-live=true num-buffers=60 pattern=ball" \
+        timeout 60 "$ROOT/examples/pipelines/live-alpha-pngs.sh" "$OUT/live-alpha" >"$OUT/live-alpha.log" 2>&1 || return 1
+    local n; n=$(ls "$OUT/live-alpha" | wc -l)
+    [ "$n" = 60 ] || { echo "$n PNGs for 60 frames"; return 1; }
+}
+check "example: live → alpha PNGs, every frame kept (async, async-delay)" live_alpha_pngs
 
 missing_models() {
     local log="$OUT/missing.log"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A live camera with its background blurred. The leaky queue keeps only the newest frame when
-# matting falls behind (and the element's QoS drops late ones), so latency stays bounded.
+# A live camera with its background blurred, at the camera's frame rate: mode=async runs matting on
+# its own thread on the newest frame and lets every frame leave at once with the newest matte. The
+# leaky queue keeps the display from ever waiting on the element.
 #   examples/pipelines/live-webcam-blur.sh [/dev/video0]
 # SOURCE overrides the camera (e.g. SOURCE="videotestsrc is-live=true" for a dry run), SINK the display.
 set -euo pipefail
@@ -11,5 +12,5 @@ SINK="${SINK:-autovideosink}"
 gst-launch-1.0 -e \
     $SOURCE ! videoconvert ! videoscale ! video/x-raw,format=BGRA,width=640,height=360 \
     ! queue leaky=downstream max-size-buffers=1 max-size-time=0 max-size-bytes=0 \
-    ! matanyone background=blur stats-interval=30 \
+    ! matanyone mode=async background=blur stats-interval=30 \
     ! videoconvert ! $SINK
