@@ -3,6 +3,8 @@
 # same working size, one run. Without installed MatAnyone2 weights it uses the random-init export
 # (same architecture, same cost), exporting it first if needed. Options: see `--help`.
 #   scripts/bench.sh --size 512x288 --frames 60
+# With --live first: the live-chain benchmark instead (tools/bench_live.py; sync/async × engines):
+#   scripts/bench.sh --live --modes sync --engines segmenter,matanyone2 --duration 15
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh" >/dev/null
@@ -17,6 +19,9 @@ if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [[ " $* " != *" --model-dir "*
     fi
     ln -sfn "$MODELS/segmenter" "$TEST_MODELS/segmenter"
     EXTRA=(--model-dir "$TEST_MODELS")
+fi
+if [ "${1:-}" = "--live" ]; then
+    exec .venv/bin/python -m tools.bench_live "${EXTRA[@]}" "${@:2}"
 fi
 # --precision int8 needs the int8 set beside the fp32 one: make it once (about a minute).
 SET_DIR="$MODELS"; [ ${#EXTRA[@]} -gt 0 ] && SET_DIR="$TEST_MODELS"

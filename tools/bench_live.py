@@ -1,0 +1,391 @@
+"""Live-chain benchmark: the installed `matanyone` element between a live 30 fps source and a clock-synced
+sink, the way a camera pipeline runs it, for each mode (sync, async) × engine (matanyone2, segmenter).
+
+    scripts/bench.sh --live [--modes sync,async] [--engines matanyone2,segmenter] [--duration 60]
+                            [--size 512x288] [--input 1280x720] [--fps 30] [--async-delay 0]
+                            [--model-dir DIR] [--json FILE] [--commit [--out-dir bench/]]
+
+Each configuration is one gst-launch-1.0 run of `--duration` seconds (fps × duration buffers):
+
+    videotestsrc is-live=true pattern=ball ! video/x-raw,format=BGRA,1280×720,30/1
+      ! matanyone [mode=… async-delay=…] engine=… working-size=288 stats-interval=1 [model-dir=…]
+      ! video/x-raw,format=BGRA ! fpsdisplaysink (fakesink sync=true max-lateness=20 ms qos=true)
+
+run with `-m -v` under GST_TRACERS=latency. No queue: the element works on the source's thread, as in
+the README's simplest live pipeline. MatAnyone2 is seeded from a fixed mask (a white ball on black,
+made once with videotestsrc): its person segmenter never finds anyone on a test pattern, so seed=auto
+would leave it passing frames through unprocessed.
+
+Every output line is stamped with the second it reached this script (gst-launch flushes each line), so
+all figures share one clock; the first 5 s after the first frame reaches the sink (MatAnyone2's seeding
+comes before it; then its slower first passes and the first latency reconfigurations) are left out of
+every figure except the whole-run counts. Measured per configuration:
+- fps out: frames the sink rendered ÷ time, between fpsdisplaysink's first and last report
+  ("rendered: N, dropped: M, …", every 0.5 s) inside the window;
+- sink drops: frames the sink discarded as more than 20 ms past their render time (max-lateness),
+  whole run, from the sink's last QoS message (fpsdisplaysink's count when there is none); as a share
+  of the frames the element processed;
+- element drops and frames processed: the last matanyone-stats message's frames-dropped and frame;
+- inference ms (median), alpha age ms (median, p95; field alpha-age-ms, async mode only) and inference
+  fps (median; async only), from matanyone-stats over the window;
+- latency (median, p95): the latency tracer's time from the source pushing a frame to that frame
+  reaching the sink's pad, before the sink waits for its render time (which is the latency the
+  pipeline configured, so not part of what the element costs). Not in it: how long a frame waited
+  before the source could push it — in sync mode the element runs on the source's thread, so while it
+  works on one frame the next ones wait — which is where sink drops come from; the JSON has how late
+  the dropped frames were (sink_drop_lateness_ms), MatAnyone2's seed-ms and the latency the element
+  reported last.
+A configuration whose run fails (a property the installed element lacks, an error on the bus) is
+reported as failed with its error line; the others still run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tools.bench import cpu_description, machine, parse_stats, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+WARMUP_S = 5.0
+MODES = ("sync", "async")
+ENGINES = ("matanyone2", "segmenter")
+TARGETS = {
+    "sync": "sink drops ≤ 5 % of the frames the element processed",
+    "async": "≥ 29.5 fps out, no frame dropped by the element, alpha-age p95 ≤ 2.5 × the inference time",
+}
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\] ")
+# `-v` prints each fpsdisplaysink report as a property change; the `-m` copy of it is escaped
+# ("rendered:\ 15\,…") and deliberately not matched, so each report counts once.
+FPS_REPORT = re.compile(r"last-message = rendered: (\d+), dropped: (\d+)")
+LATENCY_TRACE = re.compile(r"\blatency, src-element-id=.*\bsrc-element=\(string\)([^,]+),.*"
+                           r"\bsink-element=\(string\)([^,]+),.*\btime=\(guint64\)(\d+), ts=\(guint64\)(\d+)")
+QOS = re.compile(r'from element "([^"]+)" \(qos\): .*\bjitter=\(gint64\)(-?\d+),.*'
+                 r'\bprocessed=\(guint64\)(\d+), dropped=\(guint64\)(\d+)')
+# Named, so that traces of pipelines the element runs inside itself (it decodes seed-mask with one)
+# and messages of other elements are told apart.
+SOURCE, SINK_BIN, SINK = "livesrc", "fps", "livesink"
+# gst-launch's own report of a failed run: a bus error, or a description it could not build.
+ERROR = re.compile(r"^(ERROR: .*|WARNING: erroneous pipeline: .*)$")
+
+
+def stamped_lines(text: str) -> list[tuple[float | None, str]]:
+    """(arrival second or None, line without colour codes) for each line of a log."""
+    out = []
+    for raw in text.splitlines():
+        line = ANSI.sub("", raw)
+        match = STAMP.match(line)
+        out.append((float(match.group(1)), line[match.end():]) if match else (None, line))
+    return out
+
+
+def parse_fps_report(line: str) -> tuple[int, int] | None:
+    """(rendered, dropped) from a `-v` fpsdisplaysink last-message line; both of its formats
+    ("current: x, average: y" and, once the sink drops, "fps: x, drop rate: y") start the same."""
+    match = FPS_REPORT.search(line)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def parse_latency_trace(line: str) -> tuple[str, str, float, float] | None:
+    """(source element, sink element, source-to-sink ms, tracer timestamp s) from a latency tracer
+    line; the tracer's format-string line ("time=(guint64)%lu") does not match."""
+    match = LATENCY_TRACE.search(line)
+    if not match:
+        return None
+    return match.group(1), match.group(2), int(match.group(3)) / 1e6, int(match.group(4)) / 1e9
+
+
+def parse_qos(line: str) -> tuple[str, float, int, int] | None:
+    """(element, jitter ms, processed, dropped) from a `-m` QoS message line (a sink posts one per
+    frame it drops; jitter is how late that frame was)."""
+    match = QOS.search(line)
+    if not match:
+        return None
+    return match.group(1), int(match.group(2)) / 1e6, int(match.group(3)), int(match.group(4))
+
+
+def first_error(text: str) -> str | None:
+    for _, line in stamped_lines(text):
+        if ERROR.match(line):
+            return line.strip()
+    return None
+
+
+def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
+    """The figures of one run from its stamped log (see the module docstring)."""
+    fps_reports, latencies, stats, sink_qos = [], [], [], []
+    for t, line in stamped_lines(text):
+        if (report := parse_fps_report(line)) is not None:
+            fps_reports.append((t, *report))
+        elif (trace := parse_latency_trace(line)) is not None:
+            if trace[:2] == (SOURCE, SINK_BIN):
+                latencies.append((t, trace[2]))
+        elif "matanyone-stats" in line:
+            stats += [(t, row) for row in parse_stats(line)]
+        elif (qos := parse_qos(line)) is not None and qos[0] == SINK:
+            sink_qos.append((t, *qos[1:]))
+    # The window opens warmup_s after the first frame reached the sink (its first latency trace).
+    first = next((t for t, _ in latencies if t is not None), None)
+    if first is None:
+        first = next((t for t, *_ in fps_reports if t is not None), None)
+    start = None if first is None else first + warmup_s
+    in_window = (lambda t: start is not None and t is not None and t >= start)
+
+    window_reports = [r for r in fps_reports if in_window(r[0])]
+    fps_out = window_s = None
+    if len(window_reports) >= 2:
+        (t0, r0, _), (t1, r1, _) = window_reports[0], window_reports[-1]
+        if t1 > t0:
+            fps_out, window_s = (r1 - r0) / (t1 - t0), t1 - t0
+    rows = [row for t, row in stats if in_window(t)]
+    last = stats[-1][1] if stats else {}
+    processed = last.get("frame")
+    sink_dropped = sink_qos[-1][3] if sink_qos else (fps_reports[-1][2] if fps_reports else None)
+
+    def field(name: str) -> list[float]:
+        return [row[name] for row in rows if name in row]
+
+    return {
+        "fps_out": fps_out,
+        "window_s": window_s,
+        # Frames that reached the sink less those it dropped (fpsdisplaysink's last report can be up to
+        # 0.5 s older than the end of the run).
+        "sink_frames_rendered": (len(latencies) - sink_dropped if latencies and sink_dropped is not None
+                                 else fps_reports[-1][1] if fps_reports else None),
+        "sink_frames_dropped": sink_dropped,
+        "sink_dropped_percent_of_processed": (100.0 * sink_dropped / processed
+                                              if sink_dropped is not None and processed else None),
+        "element_frames_dropped": last.get("frames-dropped"),
+        "element_frames_processed": processed,
+        "element_frames_dropped_in_window": (rows[-1]["frames-dropped"] - rows[0]["frames-dropped"]
+                                             if len(rows) >= 2 and "frames-dropped" in rows[0] else None),
+        "stats_in_window": len(rows),
+        "inference_ms_median": summary(field("inference-ms"))["median"],
+        "total_ms_median": summary(field("total-ms"))["median"],
+        "seed_ms": next((row["seed-ms"] for _, row in stats if "seed-ms" in row), None),
+        "reported_latency_ms": last.get("latency-ms"),
+        "alpha_age_ms": summary(field("alpha-age-ms")),  # async mode only: None/None otherwise
+        "inference_fps_median": summary(field("inference-fps"))["median"],
+        "latency_ms": summary([ms for t, ms in latencies if in_window(t)]),
+        # How late past their render time the frames the sink dropped were (QoS jitter).
+        "sink_drop_lateness_ms": summary([jitter for t, jitter, *_ in sink_qos if in_window(t)]),
+        "frames_at_sink_traced": len(latencies),
+    }
+
+
+def targets(mode: str, figures: dict) -> dict:
+    """The project's targets for `mode`: each check with what was measured and its verdict (None where
+    a figure is missing, e.g. alpha-age-ms from a plugin without async mode)."""
+    def check(measured, limit, ok):
+        return {"measured": measured, "limit": limit, "met": None if measured is None else bool(ok(measured))}
+
+    if mode == "sync":
+        checks = {"sink drops, % of processed": check(figures["sink_dropped_percent_of_processed"], 5.0,
+                                                      lambda p: p <= 5.0)}
+    else:
+        inference = figures["inference_ms_median"]
+        limit = None if inference is None else 2.5 * inference
+        checks = {
+            "fps out": check(figures["fps_out"], 29.5, lambda f: f >= 29.5),
+            "element drops": check(figures["element_frames_dropped"], 0, lambda d: d == 0),
+            "alpha-age p95, ms": check(figures["alpha_age_ms"]["p95"] if limit else None, limit,
+                                       lambda a: a <= limit),
+        }
+    verdicts = [c["met"] for c in checks.values()]
+    return {"description": TARGETS[mode], "checks": checks,
+            "met": None if None in verdicts else all(verdicts)}
+
+
+def make_seed_mask(path: Path) -> Path:
+    """A white ball on black (videotestsrc's ball pattern at a small 16:9 size, so the ball covers about
+    a fifth of it; the element resizes the mask to the frame). Made once."""
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pipeline = ("videotestsrc num-buffers=1 pattern=ball foreground-color=0xffffffff background-color=0xff000000 "
+                    "! video/x-raw,width=96,height=54 ! videoconvert ! video/x-raw,format=GRAY8 ! pngenc "
+                    f"! filesink location={shlex.quote(str(path))}")
+        done = subprocess.run(["gst-launch-1.0", "-q"] + shlex.split(pipeline), capture_output=True, text=True)
+        if done.returncode != 0 or not path.is_file():
+            sys.exit(f"bench_live: could not make the seed mask {path}:\n{done.stdout}{done.stderr}")
+    from PIL import Image
+    import numpy as np
+    foreground = float((np.asarray(Image.open(path).convert("L")) > 127).mean())
+    if not 0.05 <= foreground <= 0.95:  # a mask of nothing or everything would not exercise the tracker
+        sys.exit(f"bench_live: the seed mask {path} is {100 * foreground:.0f} % foreground; delete it to remake it")
+    return path
+
+
+def pipeline_description(args, engine: str, mode: str, mask: Path | None) -> str:
+    """The gst-launch-1.0 description of one run, shell-quoted (split with shlex before launching)."""
+    width, height = args.input_size
+    element = f"matanyone engine={engine} working-size={min(args.working_size)} stats-interval=1"
+    # Only when asked for: a sync run with no delay must also work on a plugin without these properties.
+    if mode != "sync" or args.async_delay:
+        element += f" mode={mode} async-delay={args.async_delay}"
+    if args.model_dir:
+        element += f" model-dir={shlex.quote(str(Path(args.model_dir).resolve()))}"
+    if engine == "matanyone2":
+        element += f" seed=mask seed-mask={shlex.quote(str(mask))}"
+    return (f"videotestsrc name={SOURCE} is-live=true pattern=ball num-buffers={args.fps * args.duration} "
+            f"! video/x-raw,format=BGRA,width={width},height={height},framerate={args.fps}/1 ! {element} "
+            f"! video/x-raw,format=BGRA ! fpsdisplaysink name={SINK_BIN} "
+            f'video-sink="fakesink name={SINK} sync=true max-lateness=20000000 qos=true" '
+            "text-overlay=false signal-fps-measurements=false")
+
+
+def launch(description: str, log_path: Path, limit_s: float) -> tuple[int, str, bool]:
+    """Runs `gst-launch-1.0 -m -v -e DESCRIPTION` with the latency tracer, writing every output line to
+    `log_path` stamped with its arrival second. A run still going after `limit_s` is interrupted
+    (-e turns that into an EOS, so its figures so far survive), then killed 30 s later.
+    Returns the exit status, the stamped log and whether it had to be stopped."""
+    env = {**os.environ, "GST_TRACERS": "latency", "GST_DEBUG": "GST_TRACER:7", "GST_DEBUG_NO_COLOR": "1"}
+    process = subprocess.Popen(["gst-launch-1.0", "-m", "-v", "-e"] + shlex.split(description), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, bufsize=1, env=env, errors="replace")
+    stopped = threading.Event()
+
+    def stop():
+        stopped.set()
+        process.send_signal(signal.SIGINT)
+        kill.start()
+
+    kill = threading.Timer(30, process.kill)
+    watchdog = threading.Timer(limit_s, stop)
+    watchdog.start()
+    start = time.monotonic()
+    lines = []
+    try:
+        with open(log_path, "w") as log:
+            for line in process.stdout:
+                stamped = f"[{time.monotonic() - start:9.3f}] {line}"
+                log.write(stamped)
+                lines.append(stamped)
+        returncode = process.wait()
+    finally:
+        watchdog.cancel()
+        kill.cancel()
+    return returncode, "".join(lines), stopped.is_set()
+
+
+def run_configuration(args, engine: str, mode: str, mask: Path | None, work: Path) -> dict:
+    description = pipeline_description(args, engine, mode, mask)
+    log_path = work / f"live-{engine}-{mode}.log"
+    print(f"{engine} {mode}: {args.duration} s live run (log: {log_path.relative_to(ROOT)}) …", flush=True)
+    # Generous: loading the models and MatAnyone2's seeding come before the first frame.
+    returncode, text, stopped = launch(description, log_path, limit_s=2 * args.duration + 60)
+    run = {"engine": engine, "mode": mode, "pipeline": description, "log": str(log_path.relative_to(ROOT)),
+           "returncode": returncode, "stopped_after_limit": stopped}
+    error = first_error(text)
+    if (returncode != 0 and not stopped) or error:
+        run.update(ok=False, error=error or f"gst-launch-1.0 exited with status {returncode}")
+        print(f"  failed: {run['error']}", flush=True)
+        return run
+    figures = measure(text)
+    run.update(ok=True, error=None, figures=figures, targets=targets(mode, figures))
+    return run
+
+
+def fmt(value, spec: str = ".1f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def print_table(runs: list[dict]) -> None:
+    header = (f"{'engine':11s} {'mode':5s} {'fps out':>7s} {'sink drops':>14s} {'elem drops':>10s} {'processed':>9s} "
+              f"{'infer ms':>8s} {'alpha age ms':>13s} {'infer fps':>9s} {'latency ms':>13s}  target")
+    print(header)
+    print("-" * len(header))
+    for run in runs:
+        label = f"{run['engine']:11s} {run['mode']:5s}"
+        if not run["ok"]:
+            print(f"{label} FAILED: {run['error']}")
+            continue
+        f = run["figures"]
+        sink = f["sink_frames_dropped"]
+        share = f["sink_dropped_percent_of_processed"]
+        sink_text = "—" if sink is None else f"{sink} ({fmt(share)} %)" if share is not None else str(sink)
+        age = f["alpha_age_ms"]
+        latency = f["latency_ms"]
+        met = run["targets"]["met"]
+        verdict = {True: "met", False: "NOT met", None: "n/a"}[met]
+        print(f"{label} {fmt(f['fps_out']):>7s} {sink_text:>14s} {fmt(f['element_frames_dropped'], 'd'):>10s} "
+              f"{fmt(f['element_frames_processed'], 'd'):>9s} {fmt(f['inference_ms_median']):>8s} "
+              f"{fmt(age['median']) + ' / ' + fmt(age['p95']):>13s} {fmt(f['inference_fps_median']):>9s} "
+              f"{fmt(latency['median']) + ' / ' + fmt(latency['p95']):>13s}  {verdict}")
+    print()
+    for run in runs:
+        if run["ok"]:
+            checks = "; ".join(f"{name} {fmt(c['measured'], '.1f' if isinstance(c['measured'], float) else '')} "
+                               f"(limit {fmt(c['limit'], '.1f' if isinstance(c['limit'], float) else '')})"
+                               for name, c in run["targets"]["checks"].items())
+            print(f"{run['engine']} {run['mode']} — target: {run['targets']['description']}\n    {checks}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modes", default="sync,async", help="comma-separated: sync, async")
+    parser.add_argument("--engines", default="matanyone2,segmenter", help="comma-separated: matanyone2, segmenter")
+    parser.add_argument("--duration", type=int, default=60, help="seconds per run (fps × duration buffers)")
+    parser.add_argument("--size", default="512x288", help="MatAnyone2 working size WxH (its short side is used)")
+    parser.add_argument("--input", default="1280x720", help="frame size WxH from the live source")
+    parser.add_argument("--fps", type=int, default=30, help="source frame rate")
+    parser.add_argument("--async-delay", type=int, default=0, help="the element's async-delay, ms")
+    parser.add_argument("--model-dir", help="model folder (default: the installed one)")
+    parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "live.json")
+    parser.add_argument("--commit", action="store_true", help="also write OUT_DIR/live-<engine>-<mode>.json")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench")
+    args = parser.parse_args(argv)
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        sys.exit(f"bench_live: --modes takes {', '.join(MODES)}")
+    if not engines or any(e not in ENGINES for e in engines):
+        sys.exit(f"bench_live: --engines takes {', '.join(ENGINES)}")
+    if args.duration <= WARMUP_S:
+        sys.exit(f"bench_live: --duration must be longer than the {WARMUP_S:.0f} s warm-up")
+    try:
+        args.working_size = tuple(int(v) for v in args.size.lower().split("x"))
+        args.input_size = tuple(int(v) for v in args.input.lower().split("x"))
+    except ValueError:
+        sys.exit("bench_live: --size and --input take WxH")
+
+    work = ROOT / "build" / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    mask = make_seed_mask(work / "live-seed-mask.png") if "matanyone2" in engines else None
+    info, cpu = machine(), cpu_description()
+    clock = f", {cpu['ghz']:.2f} GHz" if cpu["ghz"] else ""
+    print(f"machine: {cpu['model']} ({cpu['isa']}, {cpu['cores_used']} cores{clock}), {info['memory_gib']} GiB")
+    print(f"input {args.input} at {args.fps} fps, live; {args.duration} s per run; MatAnyone2 at working size "
+          f"{min(args.working_size)} (short side); figures after the first {WARMUP_S:.0f} s at the sink\n", flush=True)
+
+    runs = [run_configuration(args, engine, mode, mask, work) for mode in modes for engine in engines]
+    print()
+    print_table(runs)
+
+    settings = {"duration_s": args.duration, "fps": args.fps, "input_size": list(args.input_size),
+                "working_size": list(args.working_size), "async_delay_ms": args.async_delay,
+                "model_dir": args.model_dir, "warmup_s": WARMUP_S}
+    common = {"machine": info, "cpu": cpu, "settings": settings, "date": time.strftime("%Y-%m-%d")}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({**common, "runs": runs}, indent=2))
+    print(f"\nJSON: {args.json}")
+    if args.commit:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        for run in (run for run in runs if run["ok"]):  # a failed run is not a figure to keep
+            path = args.out_dir / f"live-{run['engine']}-{run['mode']}.json"
+            path.write_text(json.dumps({**common, **run}, indent=2))
+            print(f"JSON: {path}")
+    return 0 if all(run["ok"] for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
