@@ -25,19 +25,21 @@ struct LatencyTracker {
         reportedMs = 0
     }
 
-    /// Adds one frame's processing time; returns true when the pipeline should be told. Once settled,
-    /// any drift past `driftRatio` counts; before, only an underestimate does (a pipeline configured
-    /// for less than a frame costs shows every frame late, and a live element that drops late frames
-    /// before work would never run one to learn better).
+    /// Adds one frame's processing time; returns true when the pipeline should be told. An
+    /// underestimate past `underestimateRatio` counts at once: a pipeline configured for less than a
+    /// frame costs shows frames late, and predictive QoS then drops frames that would have been on
+    /// time. Once settled, any drift past `driftRatio` counts too (an overestimate only adds latency).
     mutating func add(_ ms: Double) -> Bool {
         samples[next] = ms
         next = (next + 1) % samples.count
         filled = min(filled + 1, samples.count)
         guard reportedMs > 0 else { return false }
         let current = currentMs
-        if filled < settled { return current > (1 + driftRatio) * reportedMs }
-        return abs(current - reportedMs) > driftRatio * reportedMs
+        if current > (1 + underestimateRatio) * reportedMs { return true }
+        return filled >= settled && abs(current - reportedMs) > driftRatio * reportedMs
     }
+
+    let underestimateRatio = 0.1
 
     /// The percentile over the window (0 when empty).
     var currentMs: Double {

@@ -16,11 +16,15 @@ struct QueuedFrame {
 extension MatteFilter {
     var isAsync: Bool { stream.withLock { $0?.async != nil } }
 
+    /// Whether the inference thread failed (its error is on the bus): streaming must stop.
+    var asyncFailed: Bool { stream.withLock { $0?.asyncFailed ?? false } }
+
     /// Takes an input frame (the buffer reference passes to the queue).
     func submitAsync(_ input: VideoFrameView, buffer: OwnedBuffer) -> GstFlowReturn {
         var posts: [Post] = []
         let flow = stream.withLock { state -> GstFlowReturn in
             guard let state, let async = state.async else { return GST_FLOW_NOT_NEGOTIATED }
+            if state.asyncFailed { return GST_FLOW_ERROR }
             if let problem = input.layoutProblem(bytesPerPixel: 4) {
                 posts.append(.streamError(problem))
                 return GST_FLOW_ERROR
@@ -61,7 +65,8 @@ extension MatteFilter {
             }
             let (alpha, ownComing, failure) = async.closest(to: head.pts)
             if let failure {
-                posts.append(.error(failure))
+                if !state.asyncFailed { posts.append(.error(failure)) }
+                state.asyncFailed = true
                 state.queue.removeAll()
                 return nil
             }

@@ -40,6 +40,7 @@ final class StreamState {
     var async: AsyncMatting?
     var queue: [QueuedFrame] = []
     var asyncDelayMs = 0.0
+    var asyncFailed = false
     var opaquePlane: [UInt8] = []
 
     /// Resets the track, through the inference thread when it owns the engine.
@@ -393,6 +394,8 @@ final class MatteFilter {
         // estimate follows a machine that got faster and a reconfigured pipeline.
         let starving = timing.lastAdmitted.map { runningTime > $0 &+ max(1_000_000_000, 4 &* expected) } ?? true
         guard ready > deadline, !starving else {
+            DebugLog.log(GST_LEVEL_LOG, handle, "admitting a frame: arrived \(Double(Int64(now) - Int64(runningTime)) / 1e6) ms "
+                         + "after its running time, expected cost \(expectedMs) ms, pipeline latency \(Double(configured) / 1e6) ms")
             liveTiming.withLock { $0.lastAdmitted = runningTime }
             return nil
         }
@@ -518,7 +521,8 @@ final class MatteFilter {
         shim_structure_set_double(stats, "total-ms", totalMs)
         shim_structure_set_double(stats, "memory-ms", report.memoryMs)
         shim_structure_set_double(stats, "latency-ms", latencyMs)
-        shim_structure_set_uint64(stats, "frames-dropped", state.framesSubmitted &- state.framesProcessed)
+        // (In async mode frames still queued have not left yet: they are not dropped.)
+        shim_structure_set_uint64(stats, "frames-dropped", state.framesSubmitted &- state.framesProcessed &- UInt(state.queue.count))
         shim_structure_set_boolean(stats, "seeded", report.seeded ? 1 : 0)
         shim_structure_set_uint(stats, "memory-frames", UInt32(report.memoryFrames))
         if report.seedMs > 0 { shim_structure_set_double(stats, "seed-ms", report.seedMs) }

@@ -265,7 +265,7 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         let matte = filter(trans)
         guard matte.isAsync else { return parentTransformClass.pointee.generate_output(trans, output) }
         output!.pointee = nil
-        guard let (frame, alpha) = matte.releaseNext() else { return GST_FLOW_OK }
+        guard let (frame, alpha) = matte.releaseNext() else { return matte.asyncFailed ? GST_FLOW_ERROR : GST_FLOW_OK }
         return renderAsync(trans!, matte, frame, alpha, into: output!)
     }
     transformClass.pointee.query = { trans, direction, query in

@@ -126,11 +126,18 @@ check "2,000 frames keep RSS flat" rss_flat
 # A broken tree must fail the test command and the plugin install, even with an earlier build's test
 # binary and .so still in place. The compile error is injected into the real tree (incremental
 # builds fail in seconds; a copy would rebuild from scratch) and removed again on any exit.
+VICTIM="$ROOT/Sources/MatteEngine/Sizes.swift" SAVED="$OUT/Sizes.swift.saved"
+restore_victim() { if [ -f "$SAVED" ]; then cp "$SAVED" "$VICTIM" && rm -f "$SAVED"; fi; }
+trap restore_victim EXIT
 broken_build_fails() {
-    local victim="$ROOT/Sources/MatteEngine/Sizes.swift" saved="$OUT/Sizes.swift.saved"
-    cp "$victim" "$saved"
-    trap 'cp "$saved" "$victim"' RETURN
-    echo 'let injectedByTheIntegrationTest: Int = "not an Int"' >>"$victim"
+    cp "$VICTIM" "$SAVED"
+    echo 'let injectedByTheIntegrationTest: Int = "not an Int"' >>"$VICTIM"
+    local verdict=0
+    broken_build_checks || verdict=1
+    restore_victim
+    return $verdict
+}
+broken_build_checks() {
     if "$ROOT/scripts/swift-tests.sh" "$OUT/broken" >"$OUT/broken-tests.log" 2>&1; then
         echo "scripts/swift-tests.sh exited 0 on a tree that does not compile"; return 1
     fi

@@ -31,7 +31,8 @@ def decoded_and_matted(tmp_path_factory):
         f"filesrc location={CLIP} ! decodebin ! videoconvert ! video/x-raw,format=BGRA "
         f"! identity eos-after={FRAMES + 1} ! tee name=t "
         f"t. ! queue ! filesink location={frames} "
-        f"t. ! queue ! matanyone engine=segmenter model-dir={model_dir().parent} "
+        # Per-frame parity: the temporal smoothing (on by default) is off here.
+        f"t. ! queue ! matanyone engine=segmenter temporal-smoothing=0 model-dir={model_dir().parent} "
         f"! video/x-raw,format=GRAY8 ! filesink location={alpha}"
     )
     subprocess.run(["gst-launch-1.0", "-q"] + pipeline.split(), check=True, timeout=300)
