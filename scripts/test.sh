@@ -75,10 +75,11 @@ count() { # name, exit code, passed, failed
 # Swift Testing's closing line gives the total; failed tests are the "✘ Test … failed after" lines;
 # with extra (name, exit code, log, issues found beside the tests).
 count_swift() {
-    local name="$1" rc="$2" log="$3" extra="${4:-0}" total failed
-    total=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? (passed|failed)" "$log" | grep -oE "[0-9]+" | head -1)
-    failed=$(grep -cE "^✘ Test [^ ]+\(.*\) failed after" "$log")
-    count "$name" "$rc" $(( ${total:-0} - failed )) $((failed + extra))
+    # (Not named `failed`: count() adds to the global total of that name, and bash scoping is dynamic.)
+    local name="$1" rc="$2" log="$3" extra="${4:-0}" tests broken
+    tests=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? (passed|failed)" "$log" | grep -oE "[0-9]+" | head -1)
+    broken=$(grep -cE "^✘ Test [^ ]+\(.*\) failed after" "$log")
+    count "$name" "$rc" $(( ${tests:-0} - broken )) $((broken + extra))
 }
 
 say "Swift tests"
