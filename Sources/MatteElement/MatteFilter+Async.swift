@@ -33,10 +33,10 @@ extension MatteFilter {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(input.pts): \(reason)")
                 async.reset()
             }
-            if let source = pendingSeed.withLock({ pending -> SeedSource? in defer { pending = nil }; return pending }) {
+            if let source = pendingSeed.take() {
                 async.replaceSeed(source)
             }
-            if let reseed = pendingReseed.withLock({ pending -> SeedSource?? in defer { pending = nil }; return pending }) {
+            if let reseed = pendingReseed.take() {
                 async.reseed(reseed)
             }
             let pts = UInt64(input.pts)

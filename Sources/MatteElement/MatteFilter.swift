@@ -20,6 +20,14 @@ final class Locked<Value> {
         defer { lock.unlock() }
         return try body(&value)
     }
+
+    /// The value, leaving nil behind (a request taken by the thread that acts on it).
+    func take<Wrapped>() -> Value where Value == Wrapped? {
+        withLock { value in
+            defer { value = nil }
+            return value
+        }
+    }
 }
 
 /// Per-stream state: created in `start`, completed in `setInfo` for the negotiated caps, dropped in
@@ -165,10 +173,7 @@ final class MatteFilter {
     }
 
     func stop() -> Bool {
-        let state = stream.withLock { state -> StreamState? in
-            defer { state = nil }
-            return state
-        }
+        let state = stream.take()
         state?.async?.stop()  // outside the lock: the thread may be finishing a frame
         pendingReseed.withLock { $0 = nil }
         pendingSeed.withLock { $0 = nil }
@@ -439,7 +444,7 @@ final class MatteFilter {
         }
         let current = snapshot()
         let engine = state.engine
-        if let source = pendingSeed.withLock({ pending -> SeedSource? in defer { pending = nil }; return pending }) {
+        if let source = pendingSeed.take() {
             engine.replaceSeed(source)
         }
         if let reason = gapReset(input, state: state, settings: current) {
@@ -448,7 +453,7 @@ final class MatteFilter {
         } else if input.isDiscont {
             DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(input.pts): a gap, the track continues")
         }
-        if let reseed = pendingReseed.withLock({ pending -> SeedSource?? in defer { pending = nil }; return pending }) {
+        if let reseed = pendingReseed.take() {
             DebugLog.log(GST_LEVEL_LOG, handle, "reseeding at pts \(input.pts)")
             engine.reseed(reseed)
         }

@@ -21,13 +21,12 @@ public enum ModelLocations {
 
     private static func setFolder(modelDir: String, engine: String, subfolder: String) -> String {
         let nested = modelDir + "/" + subfolder
-        if let manifest = try? ModelManifest.load(directory: modelDir), manifest.engine == engine { return modelDir }
         var info = stat()
-        let hasOwnManifest = lstat(modelDir + "/manifest.json", &info) == 0
-        if hasOwnManifest, !FileManager.default.fileExists(atPath: nested), (try? ModelManifest.load(directory: modelDir)) == nil {
-            return modelDir
+        guard lstat(modelDir + "/manifest.json", &info) == 0 else { return nested }
+        if let manifest = try? ModelManifest.load(directory: modelDir) {
+            return manifest.engine == engine ? modelDir : nested
         }
-        return nested
+        return FileManager.default.fileExists(atPath: nested) ? nested : modelDir
     }
 
     public static func hasModelSet(modelDir: String, engine: String) -> Bool {

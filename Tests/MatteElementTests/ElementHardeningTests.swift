@@ -64,36 +64,30 @@ import TestPaths
     /// An error while negotiating (here: a working size over the memory budget) reaches the bus
     /// once, from the element, with its own domain — not followed by a second report of it.
     @Test func aNegotiationErrorIsPostedOnce() throws {
-        precondition(gstreamerReady)
-        var parseError: UnsafeMutablePointer<GError>?
         let description = "videotestsrc num-buffers=2 ! video/x-raw,format=BGRA,width=1920,height=1080 "
             + "! matanyone name=m engine=matanyone2 working-size=4096 model-dir=\"\(TestPaths.modelDir)\" ! fakesink"
-        let pipeline = try #require(gst_parse_launch(description, &parseError))
-        defer {
-            gst_element_set_state(pipeline, GST_STATE_NULL)
-            gst_object_unref(pipeline)
-        }
-        let bus = gst_element_get_bus(pipeline)!
-        defer { gst_object_unref(bus) }
-        gst_element_set_state(pipeline, GST_STATE_PLAYING)
-        var fromElement: [String] = []
-        var others = 0
-        let deadline = Date().addingTimeInterval(30)
-        var sawError = false
-        while Date() < deadline {
-            guard let message = gst_bus_timed_pop_filtered(bus, 200_000_000, GstMessageType(rawValue: GST_MESSAGE_ERROR.rawValue | GST_MESSAGE_EOS.rawValue)) else {
-                if sawError { break }
-                continue
+        let (fromElement, others) = try #require(withPlayingPipeline(description) { _, bus -> ([String], Int) in
+            var fromElement: [String] = []
+            var others = 0
+            let deadline = Date().addingTimeInterval(30)
+            var sawError = false
+            let wanted = GstMessageType(rawValue: GST_MESSAGE_ERROR.rawValue | GST_MESSAGE_EOS.rawValue)
+            while Date() < deadline {
+                guard let message = gst_bus_timed_pop_filtered(bus, 200_000_000, wanted) else {
+                    if sawError { break }
+                    continue
+                }
+                defer { gst_message_unref(message) }
+                if message.pointee.type == GST_MESSAGE_EOS { break }
+                sawError = true
+                var gerror: UnsafeMutablePointer<GError>?
+                gst_message_parse_error(message, &gerror, nil)
+                let source = objectName(message.pointee.src)
+                if source == "m" { fromElement.append(String(cString: gerror!.pointee.message)) } else { others += 1 }
+                g_error_free(gerror)
             }
-            defer { gst_message_unref(message) }
-            if message.pointee.type == GST_MESSAGE_EOS { break }
-            sawError = true
-            var gerror: UnsafeMutablePointer<GError>?
-            gst_message_parse_error(message, &gerror, nil)
-            let source = String(cString: gst_object_get_name(message.pointee.src))
-            if source == "m" { fromElement.append(String(cString: gerror!.pointee.message)) } else { others += 1 }
-            g_error_free(gerror)
-        }
+            return (fromElement, others)
+        })
         #expect(fromElement.count == 1, "\(fromElement)")
         #expect(fromElement.first?.contains("working-size=4096") == true)
         #expect(others <= 1, "the source's not-negotiated report at most")
@@ -105,7 +99,7 @@ import TestPaths
         let mask = "\(data)/test-sample2-mask-512x288.png"
         var warnings = 0
         let run = runPipeline(
-            "videotestsrc num-buffers=400 ! video/x-raw,format=BGRA,width=64,height=48 ! \(TestPaths.element) name=m "
+            "videotestsrc num-buffers=100000 ! video/x-raw,format=BGRA,width=64,height=48 ! \(TestPaths.element) name=m "
                 + "! video/x-raw,format=RGBA ! fakesink sync=false",
             timeout: 120,
             whilePlaying: { pipeline in
@@ -132,6 +126,8 @@ import TestPaths
                 }.start()
                 done.wait()
                 gst_object_unref(element)
+                // The stream ends after the storm, so every warning it caused is on the bus before EOS.
+                _ = gst_element_send_event(pipeline, gst_event_new_eos())
             })
         warnings = run.warnings.filter { $0.contains("READY") }.count
         #expect(run.error == nil, "\(String(describing: run.error))")

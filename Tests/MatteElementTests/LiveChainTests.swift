@@ -17,22 +17,16 @@ struct LiveRun {
 }
 
 func runLive(_ description: String, timeout: Double = 120) -> LiveRun {
-    precondition(gstreamerReady)
-    var parseError: UnsafeMutablePointer<GError>?
-    guard let pipeline = gst_parse_launch(description, &parseError) else { return LiveRun(error: "parse") }
-    defer {
-        gst_element_set_state(pipeline, GST_STATE_NULL)
-        gst_object_unref(pipeline)
-    }
-    let bus = gst_element_get_bus(pipeline)!
-    defer { gst_object_unref(bus) }
-    gst_element_set_state(pipeline, GST_STATE_PLAYING)
+    withPlayingPipeline(description) { pipeline, bus in collectLive(pipeline, bus, timeout: timeout) } ?? LiveRun(error: "parse")
+}
+
+private func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMutablePointer<GstBus>, timeout: Double) -> LiveRun {
     var run = LiveRun()
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline, !run.reachedEOS, run.error == nil {
         guard let message = gst_bus_timed_pop(bus, 100_000_000) else { continue }
         defer { gst_message_unref(message) }
-        let source = String(cString: gst_object_get_name(message.pointee.src))
+        let source = objectName(message.pointee.src)
         switch message.pointee.type {
         case GST_MESSAGE_EOS:
             run.reachedEOS = true
@@ -53,14 +47,7 @@ func runLive(_ description: String, timeout: Double = 120) -> LiveRun {
         case GST_MESSAGE_ELEMENT:
             guard let structure = gst_message_get_structure(message),
                   String(cString: gst_structure_get_name(structure)) == "matanyone-stats" else { break }
-            var fields: [String: String] = [:]
-            for index in 0..<gst_structure_n_fields(structure) {
-                let field = gst_structure_nth_field_name(structure, guint(index))!
-                if let value = gst_structure_get_value(structure, field), let text = gst_value_serialize(value) {
-                    fields[String(cString: field)] = String(cString: text)
-                    g_free(text)
-                }
-            }
+            let fields = structureFields(structure)
             run.stats.append(fields)
             run.processed = Int(fields["frame"] ?? "") ?? run.processed
         default:

@@ -114,14 +114,8 @@ func runPipeline(_ description: String, timeout: Double = 60, before: ((UnsafeMu
             if message.pointee.type == GST_MESSAGE_ERROR { break loop }
         case GST_MESSAGE_ELEMENT:
             if let structure = gst_message_get_structure(message) {
-                var fields: [String: String] = ["name": String(cString: gst_structure_get_name(structure))]
-                for index in 0..<gst_structure_n_fields(structure) {
-                    let field = gst_structure_nth_field_name(structure, guint(index))!
-                    if let value = gst_structure_get_value(structure, field), let text = gst_value_serialize(value) {
-                        fields[String(cString: field)] = String(cString: text)
-                        g_free(text)
-                    }
-                }
+                var fields = structureFields(structure)
+                fields["name"] = String(cString: gst_structure_get_name(structure))
                 run.elementMessages.append(fields)
             }
         case GST_MESSAGE_LATENCY:
@@ -139,4 +133,44 @@ func residentBytes() -> Int {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
     let fields = text.split(separator: " ")
     return (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// A structure's fields, serialised as gst-launch-1.0 prints them.
+func structureFields(_ structure: UnsafePointer<GstStructure>) -> [String: String] {
+    var fields: [String: String] = [:]
+    for index in 0..<gst_structure_n_fields(structure) {
+        let field = gst_structure_nth_field_name(structure, guint(index))!
+        if let value = gst_structure_get_value(structure, field), let text = gst_value_serialize(value) {
+            fields[String(cString: field)] = String(cString: text)
+            g_free(text)
+        }
+    }
+    return fields
+}
+
+/// Parses `description`, sets it PLAYING and hands its pipeline and bus to `body`; tears it down
+/// after. nil when the description does not parse.
+func withPlayingPipeline<Result>(_ description: String,
+                                 _ body: (UnsafeMutablePointer<GstElement>, UnsafeMutablePointer<GstBus>) throws -> Result) rethrows -> Result? {
+    precondition(gstreamerReady)
+    var parseError: UnsafeMutablePointer<GError>?
+    guard let pipeline = gst_parse_launch(description, &parseError) else {
+        if let parseError { g_error_free(parseError) }
+        return nil
+    }
+    defer {
+        gst_element_set_state(pipeline, GST_STATE_NULL)
+        gst_object_unref(pipeline)
+    }
+    let bus = gst_element_get_bus(pipeline)!
+    defer { gst_object_unref(bus) }
+    gst_element_set_state(pipeline, GST_STATE_PLAYING)
+    return try body(pipeline, bus)
+}
+
+/// An object's name (gst_object_get_name's copy freed).
+func objectName(_ object: UnsafeMutablePointer<GstObject>?) -> String {
+    guard let object, let name = gst_object_get_name(object) else { return "" }
+    defer { g_free(name) }
+    return String(cString: name)
 }
