@@ -236,11 +236,12 @@ public final class MatAnyone2Engine: MattingEngine {
 
     /// Refuses a working size that would not fit the memory budget, naming the largest that would.
     private func checkMemory(width: Int, height: Int, frameWidth: Int, frameHeight: Int) throws {
-        let channels = { (port: String) -> Int in
-            let shape = self.manifest.models["encoder"]?.outputs.first { $0.name == port }?.shape ?? []
-            return shape.count > 1 && shape[1] > 0 ? shape[1] : 256
+        // The bank stores the encoder's keys and the mask encoder's values (64 and 256 channels upstream).
+        let channels = { (model: String, port: String, fallback: Int) -> Int in
+            let shape = self.manifest.models[model]?.outputs.first { $0.name == port }?.shape ?? []
+            return shape.count > 1 && shape[1] > 0 ? shape[1] : fallback
         }
-        let (keyDim, valueDim) = (channels("key"), channels("pix_feat"))
+        let (keyDim, valueDim) = (channels("encoder", "key", 64), channels("maskencoder", "mask_value", 256))
         let needed = { (w: Int, h: Int) in
             MatAnyone2Engine.memoryNeeded(width: w, height: h, keyDim: keyDim, valueDim: valueDim,
                                           maxFrames: self.parameters.maxMemFrames)
