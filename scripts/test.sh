@@ -65,6 +65,11 @@ if [ ! -s "$REF" ]; then
         || { echo "0 passed, 1 failed"; exit 1; }
 fi
 
+# The GPU build of ONNX Runtime with two of its NVIDIA wheels (cudart, curand): the GPU tests check
+# that it loads, the load order of what is there, and the errors for what is not (cuBLAS, cuDNN, a driver).
+scripts/install-gpu-runtime.sh "$ROOT/build/test-gpu-runtime" --wheels nvidia-cuda-runtime,nvidia-curand >/dev/null \
+    || { echo "0 passed, 1 failed"; exit 1; }
+
 failed=0; passed=0
 count() { # name, exit code, passed, failed
     passed=$((passed + $3)); failed=$((failed + $4))

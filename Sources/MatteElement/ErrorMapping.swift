@@ -3,7 +3,7 @@ import MatteEngine
 
 /// The one place where engine failures become GStreamer errors. Domains and codes:
 /// missing model or input file → RESOURCE/NOT_FOUND; unreadable file → RESOURCE/OPEN_READ; unusable
-/// model or runtime → LIBRARY/INIT; bad settings → LIBRARY/SETTINGS; a failure on a frame →
+/// model or runtime, a GPU provider that cannot run → LIBRARY/INIT; bad settings → LIBRARY/SETTINGS; a failure on a frame →
 /// STREAM/FAILED; a buffer that does not match its caps → STREAM/FORMAT.
 enum ErrorMapping {
     static func domainAndCode(for error: EngineError) -> (GQuark, Int32) {
@@ -12,7 +12,7 @@ enum ErrorMapping {
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
         case .fileUnreadable:
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_OPEN_READ.rawValue))
-        case .modelInvalid, .runtimeUnavailable, .runtimeFailure:
+        case .modelInvalid, .runtimeUnavailable, .runtimeFailure, .gpuUnavailable:
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_INIT.rawValue))
         case .badSettings:
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))

@@ -160,9 +160,8 @@ final class MatteFilter {
         }
         DebugLog.log(GST_LEVEL_INFO, handle, "started engine \(engine.kind.rawValue) (\(engine.precision.rawValue)) "
                      + "on \(engine.provider.rawValue)")
-        if current.executionProvider == .auto, engine.provider == .cpu {
-            ErrorMapping.postWarning("execution-provider=auto: the loaded ONNX Runtime has no GPU execution provider "
-                                     + "(install one with scripts/setup.sh --gpu); running on the CPU", on: handle)
+        if let note = engine.providerNote {
+            ErrorMapping.postWarning(note, on: handle)
         }
         stream.withLock { $0 = StreamState(engine: engine) }
         refusedCaps.withLock { $0 = nil }
@@ -519,6 +518,7 @@ final class MatteFilter {
         shim_structure_set_uint64(stats, "pts", pts)
         shim_structure_set_string(stats, "engine", engine.kind.rawValue)
         shim_structure_set_string(stats, "precision", engine.precision.rawValue)
+        shim_structure_set_string(stats, "provider", engine.provider.rawValue)
         shim_structure_set_string(stats, "mode", state.async == nil ? "sync" : "async")
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
         shim_structure_set_double(stats, "inference-ms", report.inferenceMs)

@@ -8,6 +8,8 @@ public enum EngineError: Error, CustomStringConvertible, Equatable {
     case modelInvalid(path: String, detail: String)
     /// The ONNX Runtime library cannot be found or loaded, or refuses to initialise.
     case runtimeUnavailable(detail: String)
+    /// A GPU execution provider was asked for and cannot run: each problem names what is missing and the fix.
+    case gpuUnavailable(provider: String, problems: [String])
     /// An ONNX Runtime call failed while the engine was being set up (not a model file's fault).
     case runtimeFailure(call: String, detail: String)
     /// A setting is out of range or contradicts the model set.
@@ -24,6 +26,8 @@ public enum EngineError: Error, CustomStringConvertible, Equatable {
         case let .modelMissing(path, hint): return "model not found: \(path). \(hint)"
         case let .modelInvalid(path, detail): return "unusable model at \(path): \(detail)"
         case let .runtimeUnavailable(detail): return "ONNX Runtime unavailable: \(detail)"
+        case let .gpuUnavailable(provider, problems):
+            return "execution-provider=\(provider) cannot run: " + problems.joined(separator: "; ")
         case let .runtimeFailure(call, detail): return "ONNX Runtime's \(call) failed: \(detail)"
         case let .badSettings(detail): return "invalid settings: \(detail)"
         case let .inference(detail): return "inference failed: \(detail)"

@@ -24,6 +24,7 @@ public final class MatAnyone2Engine: MattingEngine {
     private let sessions: [String: Session]
     private let memoryBudget: Int
     private let segmenter: SegmenterEngine?
+    private let readoutGraph: MemoryReadoutGraph?
     private var core: MatAnyone2Core?
     private var down: Resampler?
     private var up: Resampler?
@@ -49,11 +50,13 @@ public final class MatAnyone2Engine: MattingEngine {
             throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
         }
         directory = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: options.precision)
-        if options.precision == .int8, !ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .int8) {
+        if let maker = options.precision.maker,
+           !ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision) {
             let fp32 = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .fp32)
+            let name = options.precision.rawValue
             throw EngineError.modelMissing(
-                path: directory, hint: "precision=int8 needs the int8 set made from the fp32 one: "
-                    + ".venv/bin/python -m tools.matanyone2.quantize --src \(fp32) --out \(directory) "
+                path: directory, hint: "precision=\(name) needs the \(name) set made from the fp32 one: "
+                    + ".venv/bin/python -m \(maker) --src \(fp32) --out \(directory) "
                     + "(from the gst-matanyone checkout), or precision=fp32.")
         }
         manifest = try ModelManifest.load(directory: directory)
@@ -61,7 +64,8 @@ public final class MatAnyone2Engine: MattingEngine {
             throw EngineError.modelInvalid(path: directory + "/manifest.json",
                                            detail: "this is the \(manifest.precision.rawValue) set but precision=\(options.precision.rawValue) "
                                                + "was asked for: set precision=\(manifest.precision.rawValue), or point model-dir at the "
-                                               + "folder holding matanyone2/ and matanyone2-int8/")
+                                               + "folder holding matanyone2/ and "
+                                               + (options.precision == .fp32 ? "the other sets" : "matanyone2-\(options.precision.rawValue)/"))
         }
         try manifest.validate(directory: directory, engine: EngineKind.matanyone2.rawValue, required: MatAnyone2Core.modelNames)
         guard manifest.dynamicSize != false else {
@@ -69,17 +73,34 @@ public final class MatAnyone2Engine: MattingEngine {
                                            detail: "this engine needs a model set exported with dynamic sizes")
         }
         let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
-        var sessions: [String: Session] = [:]
-        for name in MatAnyone2Core.modelNames {
-            sessions[name] = try manifest.openSession(name, directory: directory, runtime: runtime, config: options.session)
+        var choice = try runtime.choose(options.session.provider)
+        let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
+        let sessions = try runtime.open(&choice) { provider in
+            var config = options.session
+            config.provider = provider
+            var sessions: [String: Session] = [:]
+            for name in MatAnyone2Core.modelNames {
+                sessions[name] = try manifest.openSession(name, directory: directory, runtime: runtime, config: config)
+            }
+            return sessions
         }
         self.sessions = sessions
+        providerNote = choice.fallbackReason
         self.parameters = parameters
         memoryBudget = options.memoryBudget
         // The whole step schedule built once at the smallest size: a manifest whose shapes the glue
         // cannot use fails here, when the element starts, not at negotiation.
-        _ = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
-                               width: 32, height: 32, parameters: parameters)
+        let smallest = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
+                                          width: 32, height: 32, parameters: parameters)
+        // On a GPU the memory read runs there too (see MemoryReadoutGraph), on the models' provider.
+        let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
+        if options.memoryReadout == .graph || (options.memoryReadout == .automatic && provider != .cpu) {
+            var config = options.session
+            config.provider = provider
+            readoutGraph = try MemoryReadoutGraph(runtime: runtime, keyDim: smallest.keyDim, valueDim: smallest.valueDim, config: config)
+        } else {
+            readoutGraph = nil
+        }
         self.workingShortSide = workingShortSide
         seedSource = seed
         // The segmenter seeds automatically; without it only a mask can seed. It judges frames one
@@ -108,6 +129,9 @@ public final class MatAnyone2Engine: MattingEngine {
     }
 
     public var provider: ExecutionProvider { sessions["encoder"]!.provider }
+    public let providerNote: String?
+    /// Whether the memory read runs as an ONNX graph on the models' provider (else Swift + BLAS).
+    public var memoryReadoutOnGraph: Bool { readoutGraph != nil }
     public var precision: ModelPrecision { manifest.precision }
 
     public func reset() {
@@ -212,7 +236,8 @@ public final class MatAnyone2Engine: MattingEngine {
         let size = MatAnyone2Engine.workingSize(width: frame.width, height: frame.height, shortSide: workingShortSide)
         try checkMemory(width: size.width, height: size.height, frameWidth: frame.width, frameHeight: frame.height)
         let core = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
-                                      width: size.width, height: size.height, parameters: parameters)
+                                      width: size.width, height: size.height, parameters: parameters,
+                                      readoutGraph: readoutGraph)
         down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
         up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)
         self.core = core

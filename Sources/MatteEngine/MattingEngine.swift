@@ -30,6 +30,16 @@ public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameter
     return try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: workingShortSide, seed: try seed())
 }
 
+/// Where MatAnyone2's memory read (similarity, top-k, softmax, readout) runs.
+public enum MemoryReadoutPlacement: String, Sendable {
+    /// As an ONNX graph when the models run on a GPU, else in Swift with BLAS.
+    case automatic
+    /// Always in Swift with BLAS on the CPU.
+    case swift
+    /// Always as an ONNX graph on the models' provider (on the CPU too: the tests compare the two).
+    case graph
+}
+
 /// What an engine needs to start: where the models and the runtime are, and how to run sessions.
 public struct EngineOptions: Equatable, Sendable {
     public var modelDir: String
@@ -41,6 +51,8 @@ public struct EngineOptions: Equatable, Sendable {
     public var memoryBudget: Int
     /// Segmenter: motion-adaptive temporal smoothing, 0 (off) … 1 (see TemporalFilter).
     public var temporalSmoothing: Double = 0
+    /// MatAnyone2: where the memory read runs (automatic: as a graph on GPU providers).
+    public var memoryReadout = MemoryReadoutPlacement.automatic
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
                 session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
                 memoryBudget: Int = MemoryBudget.default) {
@@ -87,6 +99,8 @@ public protocol MattingEngine: AnyObject {
     var modelNames: [String] { get }
     /// Where the models run (`auto` resolved).
     var provider: ExecutionProvider { get }
+    /// Why execution-provider=auto runs on the CPU (nil when it does not), for one warning.
+    var providerNote: String? { get }
     /// Forgets all temporal state (a new stream, a seek, new caps).
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).

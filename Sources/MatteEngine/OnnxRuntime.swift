@@ -124,6 +124,53 @@ public final class OnnxRuntime {
         return (0..<Int(count)).compactMap { list[$0].map { String(cString: $0) } }
     }
 
+    /// The provider `requested` resolves to. A GPU provider is checked (and its NVIDIA libraries loaded)
+    /// first: explicit, a problem is an error naming the fix; `auto` takes TensorRT, CUDA or OpenVINO,
+    /// whichever is ready first, else the CPU with the reason in `fallbackReason`.
+    public func choose(_ requested: ExecutionProvider) throws -> ProviderChoice {
+        let available = availableProviders()
+        switch requested {
+        case .cpu:
+            return ProviderChoice(requested: .cpu, provider: .cpu)
+        case .cuda, .tensorrt, .openvino:
+            guard available.contains(requested.ortName) else {
+                throw EngineError.badSettings(
+                    detail: "execution-provider=\(requested.rawValue) is not in the ONNX Runtime at "
+                        + "\(libraryPath) (it has \(available.joined(separator: ", "))); install a build "
+                        + "with it (scripts/setup.sh --gpu) or use execution-provider=cpu")
+            }
+            if requested != .openvino { try GpuReadiness.prepare(provider: requested, runtimeLibrary: libraryPath) }
+            return ProviderChoice(requested: requested, provider: requested)
+        case .auto:
+            // TensorRT only when its (optional) libraries are there; why CUDA cannot run is the reason given.
+            var reason = "the ONNX Runtime at \(libraryPath) has no GPU execution provider (install the GPU build with scripts/setup.sh --gpu)"
+            for candidate in [ExecutionProvider.tensorrt, .cuda] where available.contains(candidate.ortName) {
+                do {
+                    try GpuReadiness.prepare(provider: candidate, runtimeLibrary: libraryPath)
+                    return ProviderChoice(requested: .auto, provider: candidate)
+                } catch {
+                    EngineLog.write(.info, "execution-provider=auto: \(error)")
+                    reason = "\(error)"
+                }
+            }
+            if available.contains(ExecutionProvider.openvino.ortName) { return ProviderChoice(requested: .auto, provider: .openvino) }
+            return ProviderChoice(requested: .auto, provider: .cpu, fallbackReason: "execution-provider=auto runs on the CPU: " + reason)
+        }
+    }
+
+    /// Runs `open` (which creates an engine's sessions) on the chosen provider; under `auto`, a GPU
+    /// that fails while its sessions are created is given up for the CPU, with the reason in `choice`.
+    public func open<T>(_ choice: inout ProviderChoice, _ open: (ExecutionProvider) throws -> T) throws -> T {
+        do {
+            return try open(choice.provider)
+        } catch let EngineError.gpuUnavailable(provider, problems) where choice.requested == .auto {
+            choice = ProviderChoice(requested: .auto, provider: .cpu,
+                                    fallbackReason: "execution-provider=auto runs on the CPU: \(provider) failed: "
+                                        + problems.joined(separator: "; "))
+            return try open(.cpu)
+        }
+    }
+
     /// Turns a failed call's status into a `RuntimeCallError` naming the call; what kind of failure it
     /// is for the user (a bad model, a broken runtime, a failing frame) is decided by the engine that
     /// made the call (`EngineError.classify`).
@@ -154,11 +201,37 @@ public enum ExecutionProvider: String, CaseIterable, Sendable {
     }
 }
 
+/// What a requested provider resolved to (see `OnnxRuntime.choose`).
+public struct ProviderChoice: Equatable, Sendable {
+    public let requested: ExecutionProvider
+    public let provider: ExecutionProvider
+    /// Why `auto` runs on the CPU; nil otherwise.
+    public var fallbackReason: String?
+
+    public init(requested: ExecutionProvider, provider: ExecutionProvider, fallbackReason: String? = nil) {
+        self.requested = requested
+        self.provider = provider
+        self.fallbackReason = fallbackReason
+    }
+}
+
+/// C string arrays for the runtime's key/value option calls.
+func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) throws -> T) rethrows -> T {
+    let copies = strings.map { UnsafePointer(strdup($0)) }
+    defer { copies.forEach { free(UnsafeMutablePointer(mutating: $0)) } }
+    return try copies.withUnsafeBufferPointer { try body($0.baseAddress!) }
+}
+
 /// How a session should run: per-session thread pool with spinning off (several sessions run one after
 /// another on few cores; spinning threads of idle sessions would steal the cores of the busy one).
 public struct SessionConfig: Equatable, Sendable {
     public var threads: Int = 0
     public var provider: ExecutionProvider = .cpu
+    /// The model set's folder (TensorRT caches its engines in `tensorrt-cache/` there); set by
+    /// `ModelManifest.openSession`.
+    public var cacheDirectory: String?
+    /// The set is fp16: TensorRT may build fp16 engines.
+    public var fp16 = false
     public init(threads: Int = 0, provider: ExecutionProvider = .cpu) {
         self.threads = threads
         self.provider = provider
@@ -216,6 +289,35 @@ public final class Tensor {
     public func fill(_ value: Float) { data.update(repeating: value, count: count) }
 }
 
+/// An OrtValue over memory owned by someone else (a tensor's or a memory bank's storage), with the
+/// shape a call needs; the storage must outlive the view.
+final class OrtValueView {
+    let value: OpaquePointer
+    private let api: UnsafePointer<OrtApi>
+
+    convenience init(runtime: OnnxRuntime, floats: UnsafeMutablePointer<Float>, shape: [Int]) throws {
+        try self.init(runtime: runtime, data: UnsafeMutableRawPointer(floats), bytes: shape.reduce(1, *) * 4, shape: shape,
+                      type: ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+    }
+
+    convenience init(runtime: OnnxRuntime, int64s: UnsafeMutablePointer<Int64>, shape: [Int]) throws {
+        try self.init(runtime: runtime, data: UnsafeMutableRawPointer(int64s), bytes: shape.reduce(1, *) * 8, shape: shape,
+                      type: ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)
+    }
+
+    private init(runtime: OnnxRuntime, data: UnsafeMutableRawPointer, bytes: Int, shape: [Int],
+                 type: ONNXTensorElementDataType) throws {
+        var dims = shape.map { Int64($0) }
+        var created: OpaquePointer?
+        try runtime.check(runtime.api.pointee.CreateTensorWithDataAsOrtValue(runtime.cpuMemory, data, bytes, &dims, dims.count,
+                                                                           type, &created), "CreateTensorWithDataAsOrtValue")
+        value = created!
+        api = runtime.api
+    }
+
+    deinit { api.pointee.ReleaseValue(value) }
+}
+
 /// Description of one model input or output as the ONNX file declares it (-1 = dynamic).
 public struct TensorSpec: Equatable, Sendable {
     public let name: String
@@ -257,47 +359,48 @@ public final class Session {
         try check(api.SetInterOpNumThreads(options, 1), "SetInterOpNumThreads")
         try check(api.AddSessionConfigEntry(options, "session.intra_op.allow_spinning", "0"), "AddSessionConfigEntry")
         try check(api.AddSessionConfigEntry(options, "session.inter_op.allow_spinning", "0"), "AddSessionConfigEntry")
-        var provider = config.provider
-        if provider == .auto {
-            let available = runtime.availableProviders()
-            provider = [ExecutionProvider.tensorrt, .cuda, .openvino].first { available.contains($0.ortName) } ?? .cpu
-        }
+        let provider = try runtime.choose(config.provider).provider
         self.provider = provider
         EngineLog.write(.info, "opening model '\(name)' (\(path), \(model.count) bytes) on \(provider.rawValue)")
-        if provider != .cpu {
-            let available = runtime.availableProviders()
-            guard available.contains(provider.ortName) else {
-                throw EngineError.badSettings(
-                    detail: "execution-provider=\(provider.rawValue) is not in the ONNX Runtime at "
-                        + "\(runtime.libraryPath) (it has \(available.joined(separator: ", "))); install a build "
-                        + "with it (scripts/setup.sh --gpu) or use execution-provider=cpu")
+        switch provider {
+        case .cuda:
+            try Session.appendCUDA(api, options, check)
+        case .tensorrt:
+            var tensorrt: OpaquePointer?
+            try check(api.CreateTensorRTProviderOptions(&tensorrt), "CreateTensorRTProviderOptions")
+            defer { api.ReleaseTensorRTProviderOptions(tensorrt) }
+            // Engines are built on the first run of each input shape (minutes) and cached beside the
+            // model set; ONNX Runtime names each cache file by the model's hash and the shapes' profile.
+            var settings = ["trt_fp16_enable": config.fp16 ? "1" : "0"]
+            if let cache = config.cacheDirectory {
+                let folder = cache + "/tensorrt-cache"
+                try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+                settings.merge(["trt_engine_cache_enable": "1", "trt_engine_cache_path": folder,
+                                "trt_timing_cache_enable": "1", "trt_timing_cache_path": folder]) { $1 }
             }
-            switch provider {
-            case .cuda:
-                var cuda: OpaquePointer?
-                try check(api.CreateCUDAProviderOptions(&cuda), "CreateCUDAProviderOptions")
-                defer { api.ReleaseCUDAProviderOptions(cuda) }
-                try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
-            case .tensorrt:
-                var tensorrt: OpaquePointer?
-                try check(api.CreateTensorRTProviderOptions(&tensorrt), "CreateTensorRTProviderOptions")
-                defer { api.ReleaseTensorRTProviderOptions(tensorrt) }
-                try check(api.SessionOptionsAppendExecutionProvider_TensorRT_V2(options, tensorrt), "SessionOptionsAppendExecutionProvider_TensorRT_V2")
-                // Nodes TensorRT cannot take fall back to CUDA, then CPU.
-                var cuda: OpaquePointer?
-                try check(api.CreateCUDAProviderOptions(&cuda), "CreateCUDAProviderOptions")
-                defer { api.ReleaseCUDAProviderOptions(cuda) }
-                try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
-            case .openvino:
-                try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", nil, nil, 0), "SessionOptionsAppendExecutionProvider")
-            case .cpu, .auto:
-                break
+            try withCStrings(settings.keys.sorted()) { keys in
+                try withCStrings(settings.keys.sorted().map { settings[$0]! }) { values in
+                    try check(api.UpdateTensorRTProviderOptions(tensorrt, keys, values, settings.count), "UpdateTensorRTProviderOptions")
+                }
             }
+            try check(api.SessionOptionsAppendExecutionProvider_TensorRT_V2(options, tensorrt), "SessionOptionsAppendExecutionProvider_TensorRT_V2")
+            // Nodes TensorRT cannot take fall back to CUDA, then CPU.
+            try Session.appendCUDA(api, options, check)
+        case .openvino:
+            try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", nil, nil, 0), "SessionOptionsAppendExecutionProvider")
+        case .cpu, .auto:
+            break
         }
         var session: OpaquePointer?
-        try model.withUnsafeBytes { bytes in
-            try check(api.CreateSessionFromArray(runtime.env, bytes.baseAddress, bytes.count, options, &session),
-                      "CreateSession")
+        do {
+            try model.withUnsafeBytes { bytes in
+                try check(api.CreateSessionFromArray(runtime.env, bytes.baseAddress, bytes.count, options, &session),
+                          "CreateSession")
+            }
+        } catch let error as RuntimeCallError where provider != .cpu {
+            // The model loads on the CPU (its bytes were checked); on a GPU this is the provider failing.
+            throw EngineError.gpuUnavailable(provider: provider.rawValue, problems: [
+                "ONNX Runtime cannot create model '\(name)' on it (\(error.message)); execution-provider=cpu runs it on the CPU"])
         }
         handle = session!
         inputs = try Session.specs(runtime: runtime, session: handle, input: true)
@@ -305,6 +408,13 @@ public final class Session {
     }
 
     deinit { runtime.api.pointee.ReleaseSession(handle) }
+
+    private static func appendCUDA(_ api: OrtApi, _ options: OpaquePointer?, _ check: (OpaquePointer?, String) throws -> Void) throws {
+        var cuda: OpaquePointer?
+        try check(api.CreateCUDAProviderOptions(&cuda), "CreateCUDAProviderOptions")
+        defer { api.ReleaseCUDAProviderOptions(cuda) }
+        try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
+    }
 
     private static func specs(runtime: OnnxRuntime, session: OpaquePointer, input: Bool) throws -> [TensorSpec] {
         let api = runtime.api.pointee
@@ -335,6 +445,26 @@ public final class Session {
             result.append(TensorSpec(name: name, shape: dims.map { Int($0) }))
         }
         return result
+    }
+
+    /// One call with values made for it (shapes that change from call to call); outputs land in
+    /// the given values' storage.
+    func run<Inputs: Sequence>(inputs: Inputs, outputs: [(String, OpaquePointer)]) throws where Inputs.Element == (String, OpaquePointer) {
+        let inputs = Array(inputs)
+        try withCStrings(inputs.map(\.0)) { inputNames in
+            try withCStrings(outputs.map(\.0)) { outputNames in
+                var inputValues: [OpaquePointer?] = inputs.map(\.1)
+                var outputValues: [OpaquePointer?] = outputs.map(\.1)
+                let status = runtime.api.pointee.Run(handle, nil, inputNames, &inputValues, inputs.count,
+                                                     outputNames, outputs.count, &outputValues)
+                do {
+                    try runtime.check(status, "Run")
+                } catch var error as RuntimeCallError {
+                    error.model = name
+                    throw error
+                }
+            }
+        }
     }
 
     /// Prepares a reusable call: names and value pointers are laid out once, so `Binding.run()`

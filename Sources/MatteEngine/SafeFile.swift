@@ -338,3 +338,71 @@ extension SafeFile {
         }
     }
 }
+
+extension SafeFile {
+    /// A shared library's own name (DT_SONAME) and the libraries it needs (DT_NEEDED), read from its
+    /// dynamic section without loading it: which NVIDIA libraries a GPU provider needs, and in which
+    /// order to load them, is decided before any of them is loaded. Checks the file first
+    /// (`checkSharedLibrary`); a library without a dynamic section needs nothing.
+    static func dynamicDependencies(_ path: String) throws -> (soname: String?, needed: [String]) {
+        try checkSharedLibrary(path)
+        let (fd, _, size) = try openRegular(path, maxBytes: nil)
+        defer { close(fd) }
+        func refuse(_ reason: String) -> FileProblem { .notSharedLibrary(reason: reason) }
+        func readBytes(_ count: Int, at offset: UInt64) throws -> [UInt8] {
+            guard count >= 0, offset <= UInt64(size), UInt64(count) <= UInt64(size) - offset else {
+                throw refuse("corrupt: a table lies past the end of the file")
+            }
+            var bytes = [UInt8](repeating: 0, count: count)
+            let got = try bytes.withUnsafeMutableBytes { try readFully(fd, into: $0, at: Int(offset)) }
+            guard got == count else { throw refuse("truncated while it was being read") }
+            return bytes
+        }
+        let header = try readBytes(64, at: 0)
+        let programOffset = littleEndian(header, at: 32, width: 8)
+        let programCount = Int(littleEndian(header, at: 56, width: 2))
+        let table = try readBytes(programCount * 56, at: programOffset)
+        // PT_LOAD segments map addresses (which the dynamic section uses) to file offsets.
+        var loads: [(address: UInt64, offset: UInt64, length: UInt64)] = []
+        var dynamic: (offset: UInt64, length: UInt64)?
+        for index in 0 ..< programCount {
+            let entry = index * 56
+            switch littleEndian(table, at: entry, width: 4) {
+            case 1: loads.append((littleEndian(table, at: entry + 16, width: 8), littleEndian(table, at: entry + 8, width: 8),
+                                  littleEndian(table, at: entry + 32, width: 8)))
+            case 2: dynamic = (littleEndian(table, at: entry + 8, width: 8), littleEndian(table, at: entry + 32, width: 8))
+            default: break
+            }
+        }
+        guard let dynamic else { return (nil, []) }
+        guard dynamic.length <= 1 << 20 else { throw refuse("corrupt: a dynamic section of \(dynamic.length) bytes") }
+        let entries = try readBytes(Int(dynamic.length) / 16 * 16, at: dynamic.offset)
+        var neededOffsets: [UInt64] = [], sonameOffset: UInt64?, stringAddress: UInt64?, stringSize: UInt64 = 0
+        for entry in stride(from: 0, to: entries.count, by: 16) {
+            let value = littleEndian(entries, at: entry + 8, width: 8)
+            switch littleEndian(entries, at: entry, width: 8) {
+            case 0: break                       // DT_NULL (the rest is padding)
+            case 1: neededOffsets.append(value) // DT_NEEDED
+            case 5: stringAddress = value       // DT_STRTAB
+            case 10: stringSize = value         // DT_STRSZ
+            case 14: sonameOffset = value       // DT_SONAME
+            default: continue
+            }
+            if littleEndian(entries, at: entry, width: 8) == 0 { break }
+        }
+        guard let stringAddress, stringSize > 0, stringSize <= 64 << 20,
+              let segment = loads.first(where: { stringAddress >= $0.address && stringAddress - $0.address < $0.length })
+        else {
+            guard neededOffsets.isEmpty, sonameOffset == nil else { throw refuse("corrupt: no string table for its dynamic section") }
+            return (nil, [])
+        }
+        let strings = try readBytes(Int(stringSize), at: segment.offset + (stringAddress - segment.address))
+        func string(at offset: UInt64) throws -> String {
+            guard offset < UInt64(strings.count) else { throw refuse("corrupt: a name past its string table") }
+            let start = Int(offset)
+            let end = strings[start...].firstIndex(of: 0) ?? strings.count
+            return String(decoding: strings[start ..< end], as: UTF8.self)
+        }
+        return (try sonameOffset.map(string(at:)), try neededOffsets.map(string(at:)))
+    }
+}

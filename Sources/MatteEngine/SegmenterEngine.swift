@@ -28,7 +28,14 @@ public final class SegmenterEngine: MattingEngine {
         let manifest = try ModelManifest.load(directory: directory)
         try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
         let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
-        session = try manifest.openSession("segmenter", directory: directory, runtime: runtime, config: options.session)
+        var choice = try runtime.choose(options.session.provider)
+        let directory = directory  // the closure must not capture a half-built self
+        session = try runtime.open(&choice) { provider in
+            var config = options.session
+            config.provider = provider
+            return try manifest.openSession("segmenter", directory: directory, runtime: runtime, config: config)
+        }
+        providerNote = choice.fallbackReason
         guard session.inputs.count == 1, session.outputs.count >= 1 else {
             throw EngineError.modelInvalid(path: session.path, detail: "expected one image input and a mask output")
         }
@@ -56,6 +63,7 @@ public final class SegmenterEngine: MattingEngine {
     }
 
     public var provider: ExecutionProvider { session.provider }
+    public let providerNote: String?
 
     public func reset() { smoothing?.reset() }
 

@@ -181,10 +181,36 @@ import TestPaths
     }
 
     @Test func autoExecutionProviderFallsBackToCPUWithAWarning() {
-        let run = runPipeline("\(synthetic(2)) ! \(element) execution-provider=auto ! fakesink")
+        let run = runPipeline("\(synthetic(2)) ! \(element) execution-provider=auto stats-interval=1 ! fakesink")
         #expect(run.error == nil)
         #expect(run.reachedEOS)
-        #expect(run.warnings.contains { $0.contains("execution-provider=auto") })
+        #expect(run.warnings.filter { $0.contains("execution-provider=auto runs on the CPU") }.count == 1)
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["provider"] == "cpu" })
+    }
+
+    /// The GPU build of ONNX Runtime scripts/test.sh installs with only cudart and curand, on a
+    /// machine without an NVIDIA driver: cuda is LIBRARY/INIT naming each missing piece and its fix.
+    @Test func cudaWithoutItsLibrariesOrDriverIsLibraryInitNamingEachFix() throws {
+        let gpuRuntime = TestPaths.dataDir + "/../test-gpu-runtime/libonnxruntime.so.1"
+        let run = runPipeline("\(synthetic(2)) ! \(element) runtime-library=\"\(gpuRuntime)\" execution-provider=cuda ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-library-error-quark")
+        #expect(error.code == Int32(GST_LIBRARY_ERROR_INIT.rawValue))
+        for fragment in ["execution-provider=cuda cannot run", "libcublas.so.13", "(PyPI wheel nvidia-cublas)", "libcudnn.so.9",
+                         "scripts/setup.sh --gpu"] {
+            #expect(error.message.contains(fragment), "\(fragment) not in: \(error.message)")
+        }
+        if !FileManager.default.fileExists(atPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.1") {
+            #expect(error.message.contains("no NVIDIA driver"))
+        }
+        // auto on the same runtime: the CPU, one warning with the same reasons, provider=cpu in the stats.
+        let auto = runPipeline("\(synthetic(2)) ! \(element) runtime-library=\"\(gpuRuntime)\" execution-provider=auto "
+                               + "stats-interval=1 ! fakesink")
+        #expect(auto.error == nil && auto.reachedEOS)
+        #expect(auto.warnings.filter { $0.contains("runs on the CPU") && $0.contains("libcublas.so.13") }.count == 1)
+        let stats = auto.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["provider"] == "cpu" })
     }
 
     @Test func corruptModelIsLibraryInit() throws {
