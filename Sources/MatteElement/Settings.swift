@@ -101,6 +101,7 @@ extension ModelPrecision: PropertyEnum {
         switch self {
         case .fp32: return "The exported float32 MatAnyone2 set (matanyone2/)"
         case .int8: return "The int8 QDQ set made by tools/matanyone2/quantize.py (matanyone2-int8/): faster on CPUs, less exact"
+        case .fp16: return "The fp16 set made by tools/matanyone2/fp16.py (matanyone2-fp16/): for GPUs (slow on CPUs)"
         }
     }
 }
@@ -230,7 +231,7 @@ struct PropertyDeclaration {
         .uint("working-size", "Working size",
               "MatAnyone2: short side of the size the model runs at, keeping the frame's aspect, multiples of 16 "
                   + "(0 = the frame's own size)", \.workingSize, 0...4096, .ready),
-        .enumeration("precision", "Precision", "MatAnyone2: which model set to run; int8 must be made first (see the README)",
+        .enumeration("precision", "Precision", "MatAnyone2: which model set to run; int8 and fp16 must be made first (see the README)",
                      \.precision, .ready),
         .uint("reset-after-gap", "Reset after gap",
               "Start the track over when this many ms of stream time pass between two frames (0: on every DISCONT "

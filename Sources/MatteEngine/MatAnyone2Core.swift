@@ -43,6 +43,8 @@ final class MatAnyone2Core {
     /// Where the frame goes (RGB planes, see `imageOrigin`).
     var image: Tensor { tensors.image }
     private let bank: MemoryBank
+    /// The memory read as an ONNX graph on the models' provider (GPUs); nil: `MemoryBank.read` (BLAS).
+    private let readoutGraph: MemoryReadoutGraph?
     private let staggerTimes: Set<Int>
 
     // Upstream's curr_ti / last_mem_ti.
@@ -84,7 +86,7 @@ final class MatAnyone2Core {
     }
 
     init(manifest: ModelManifest, manifestPath: String, sessions: [String: Session], width: Int, height: Int,
-         parameters: MatAnyone2Parameters) throws {
+         parameters: MatAnyone2Parameters, readoutGraph: MemoryReadoutGraph? = nil) throws {
         try parameters.validate()
         self.parameters = parameters
         self.width = width
@@ -103,6 +105,10 @@ final class MatAnyone2Core {
                                            + "\(tensors.lastMaskValue.shape) are not channels × the stride-16 grid. Re-export the model set.")
         }
         bank = try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: gridTokens, maxFrames: parameters.maxMemFrames)
+        if let readoutGraph, readoutGraph.keyDim != keyDim || readoutGraph.valueDim != valueDim {
+            throw EngineError.modelInvalid(path: manifestPath, detail: "the memory readout graph was built for other key/value widths")
+        }
+        self.readoutGraph = readoutGraph
         calls = try Calls(sessions: sessions, tensors)
         self.tensors = tensors
         staggerTimes = MatAnyone2Core.staggerTimes(memEvery: parameters.memEvery, staggerUpdates: parameters.staggerUpdates)
@@ -119,6 +125,8 @@ final class MatAnyone2Core {
     }
 
     var memoryFrames: Int { bank.frames }
+    var keyDim: Int { bank.keyDim }
+    var valueDim: Int { bank.valueDim }
 
     /// The unpadded alpha of the last frame: `height` rows of `width`, `paddedWidth` apart.
     var alpha: UnsafePointer<Float> { UnsafePointer(tensors.lastAlpha.data + padTop * paddedWidth + padLeft) }
@@ -200,7 +208,12 @@ final class MatAnyone2Core {
         try run(calls.encode, .encoder)
 
         let readStart = monotonicMs()
-        bank.read(queryKey: tensors.key.data, selection: tensors.selection.data, topK: parameters.topK, into: tensors.memoryReadout.data)
+        if let readoutGraph {
+            try readoutGraph.read(bank: bank, queryKey: tensors.key.data, selection: tensors.selection.data,
+                                  topK: parameters.topK, into: tensors.memoryReadout.data)
+        } else {
+            bank.read(queryKey: tensors.key.data, selection: tensors.selection.data, topK: parameters.topK, into: tensors.memoryReadout.data)
+        }
         memoryMs += monotonicMs() - readStart
 
         let count = tensors.memoryReadout.count

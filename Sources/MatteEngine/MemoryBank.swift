@@ -19,6 +19,10 @@ final class MemoryBank {
     private let keysSquared: UnsafeMutablePointer<Float>  // [maxFrames·HW, CK]
     private let shrinkage: UnsafeMutablePointer<Float>    // [maxFrames·HW]
     private let values: UnsafeMutablePointer<Float>       // [maxFrames·HW, CV]
+    /// The storage as `MemoryReadoutGraph` reads it (the first `frames`·HW rows are in use).
+    var keyRows: UnsafeMutablePointer<Float> { keys }
+    var shrinkageRows: UnsafeMutablePointer<Float> { shrinkage }
+    var valueRows: UnsafeMutablePointer<Float> { values }
     // Scratch for a read, sized for a full bank: similarity rows for `queryBlock` queries at a time,
     // so the scratch stays bounded however large the working size (a whole [HW, maxFrames·HW] matrix
     // is quadratic in the pixels: 24 GB at 4096×2160).

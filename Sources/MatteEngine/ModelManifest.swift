@@ -46,9 +46,19 @@ public enum ModelLocations {
     }
 }
 
-/// Numeric precision of a model set: fp32 as exported, or int8 (QDQ, statically calibrated).
+/// Numeric precision of a model set: fp32 as exported, int8 (QDQ, statically calibrated, for CPUs) or
+/// fp16 (float16 weights and arithmetic with float32 inputs/outputs, norms and softmax, for GPUs).
 public enum ModelPrecision: String, CaseIterable, Sendable {
-    case fp32, int8
+    case fp32, int8, fp16
+
+    /// The tool that makes this set from the fp32 one (nil for fp32 itself).
+    var maker: String? {
+        switch self {
+        case .fp32: return nil
+        case .int8: return "tools.matanyone2.quantize"
+        case .fp16: return "tools.matanyone2.fp16"
+        }
+    }
 }
 
 /// `manifest.json` beside each model set: which engine it serves and each model file (confined to the
@@ -115,11 +125,12 @@ public struct ModelManifest: Decodable {
     public let engine: String
     public let models: [String: Model]
     public let dynamicSize: Bool?
-    /// int8 when the quantizer wrote the set (its manifest has an `int8` section), else fp32.
+    /// The manifest's `precision`; else int8 when the quantizer wrote the set (it has an `int8`
+    /// section), else fp32.
     public let precision: ModelPrecision
 
     enum CodingKeys: String, CodingKey {
-        case format, engine, models, int8
+        case format, engine, models, int8, precision
         case dynamicSize = "dynamic_size"
     }
 
@@ -129,7 +140,15 @@ public struct ModelManifest: Decodable {
         engine = try container.decode(String.self, forKey: .engine)
         models = try container.decode([String: Model].self, forKey: .models)
         dynamicSize = try container.decodeIfPresent(Bool.self, forKey: .dynamicSize)
-        precision = container.contains(.int8) ? .int8 : .fp32
+        if let named = try container.decodeIfPresent(String.self, forKey: .precision) {
+            guard let known = ModelPrecision(rawValue: named) else {
+                throw DecodingError.dataCorruptedError(forKey: .precision, in: container,
+                                                       debugDescription: "unknown precision \"\(named)\"")
+            }
+            precision = known
+        } else {
+            precision = container.contains(.int8) ? .int8 : .fp32
+        }
     }
 
     /// Manifests are a few KB; anything past this is not one (and is not read whole).
@@ -225,6 +244,9 @@ public struct ModelManifest: Decodable {
                                                + "the file is damaged or was replaced. " + setupHint)
             }
         }
+        var config = config
+        config.cacheDirectory = directory
+        config.fp16 = precision == .fp16
         let session = try Session(runtime: runtime, name: name, path: file, model: bytes, config: config)
         let declared = (model.inputs, model.outputs)
         for (ports, actual, kind) in [(declared.0, session.inputs, "input"), (declared.1, session.outputs, "output")] {
