@@ -6,8 +6,11 @@
 #
 #   scripts/setup.sh            everything
 #   scripts/setup.sh --no-plugin   everything but the plugin build/install
-#   scripts/setup.sh --gpu         also the GPU build of ONNX Runtime (CUDA and TensorRT execution
-#                                  providers; needs NVIDIA's CUDA 12 and cuDNN 9 libraries on the system)
+#   scripts/setup.sh --gpu         also the GPU build of ONNX Runtime (CUDA 13) and every NVIDIA library it
+#                                  needs (cuBLAS, cuDNN 9, …) from PyPI wheels, into the data folder: only
+#                                  the NVIDIA driver (580 or newer) has to be on the machine
+#   scripts/setup.sh --gpu --tensorrt   also TensorRT 10 (from NVIDIA's package index)
+#   scripts/setup.sh --gpu --check      reports each library's resolution, the driver and the GPU
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,10 +21,14 @@ DEPS="$ROOT/.deps"
 VENV="$ROOT/.venv"
 BUILD_PLUGIN=1
 GPU=0
+GPU_OPTIONS=()
+CHECK=0
 for arg in "$@"; do
     case "$arg" in
         --no-plugin) BUILD_PLUGIN=0 ;;
         --gpu) GPU=1 ;;
+        --tensorrt) GPU_OPTIONS+=(--tensorrt) ;;
+        --check) CHECK=1 ;;
         *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -87,15 +94,14 @@ if ! cmp -s "$ORT_SRC" "$ORT_DIR/$(basename "$ORT_SRC")"; then
     ln -sf "$(basename "$ORT_SRC")" "$ORT_DIR/libonnxruntime.so.1"
 fi
 
-# 4b. On request, the GPU build (the element prefers it when present; its CPU provider works anyway).
-ORT_GPU_VERSION=1.31.1
-if [ "$GPU" = 1 ] && [ ! -f "$DATA/onnxruntime-gpu/libonnxruntime.so.$ORT_GPU_VERSION" ]; then
-    say "installing ONNX Runtime $ORT_GPU_VERSION (GPU build) into $DATA/onnxruntime-gpu"
-    mkdir -p "$DEPS/ort-gpu" "$DATA/onnxruntime-gpu"
-    "$VENV/bin/pip" download -q --no-deps --only-binary=:all: -d "$DEPS/ort-gpu" "onnxruntime-gpu==$ORT_GPU_VERSION"
-    (cd "$DEPS/ort-gpu" && "$PY" -m zipfile -e onnxruntime_gpu-*.whl unpacked)
-    cp "$DEPS"/ort-gpu/unpacked/onnxruntime/capi/libonnxruntime*.so* "$DATA/onnxruntime-gpu/"
-    ln -sf "libonnxruntime.so.$ORT_GPU_VERSION" "$DATA/onnxruntime-gpu/libonnxruntime.so.1"
+# 4b. On request, the GPU build and its NVIDIA libraries (the element prefers it when present; its
+#     CPU provider works anyway). Re-running only fetches what is missing.
+if [ "$GPU" = 1 ]; then
+    say "installing ONNX Runtime's GPU build and the NVIDIA libraries into $DATA/onnxruntime-gpu"
+    "$ROOT/scripts/install-gpu-runtime.sh" "$DATA/onnxruntime-gpu" "${GPU_OPTIONS[@]}"
+    if [ "$CHECK" = 1 ]; then
+        "$PY" "$ROOT/tools/gpu_check.py" --runtime "$DATA/onnxruntime-gpu/libonnxruntime.so.1"
+    fi
 fi
 
 # 5. The embedded default model: MediaPipe selfie segmentation (Apache-2.0), converted to ONNX.
