@@ -69,16 +69,21 @@ final class MatAnyone2Core {
         let manifestPath: String
         let runtime: OnnxRuntime
         let height: Int, width: Int
+        /// When set, tensors made `onDevice` live in memory this session's provider allocates.
+        var deviceSession: Session?
 
-        func callAsFunction(_ model: Model, _ port: String, output: Bool = false) throws -> Tensor {
+        func callAsFunction(_ model: Model, _ port: String, output: Bool = false, onDevice: Bool = false) throws -> Tensor {
             let ports = output ? manifest.models[model.rawValue]?.outputs : manifest.models[model.rawValue]?.inputs
             guard let spec = ports?.first(where: { $0.name == port }) else {
                 throw EngineError.modelInvalid(path: manifestPath, detail: "lists no \(output ? "output" : "input") "
                                                + "'\(port)' for model '\(model.rawValue)'. Re-export the model set.")
             }
             do {
-                return try Tensor(runtime: runtime, shape: spec.concreteShape(height: height, width: width),
-                                  name: "\(model.rawValue).\(port)")
+                let shape = try spec.concreteShape(height: height, width: width)
+                if onDevice, let deviceSession {
+                    return try Tensor(onDeviceOf: deviceSession, shape: shape, name: "\(model.rawValue).\(port)")
+                }
+                return try Tensor(runtime: runtime, shape: shape, name: "\(model.rawValue).\(port)")
             } catch let EngineError.modelInvalid(_, detail) {
                 throw EngineError.modelInvalid(path: manifestPath, detail: "model '\(model.rawValue)': \(detail)")
             }
@@ -86,7 +91,7 @@ final class MatAnyone2Core {
     }
 
     init(manifest: ModelManifest, manifestPath: String, sessions: [String: Session], width: Int, height: Int,
-         parameters: MatAnyone2Parameters, readoutGraph: MemoryReadoutGraph? = nil) throws {
+         parameters: MatAnyone2Parameters, readoutGraph: MemoryReadoutGraph? = nil, featuresOnDevice: Bool = false) throws {
         try parameters.validate()
         self.parameters = parameters
         self.width = width
@@ -96,7 +101,8 @@ final class MatAnyone2Core {
         padLeft = (paddedWidth - width) / 2
         gridTokens = (paddedHeight / 16) * (paddedWidth / 16)
         let make = TensorMaker(manifest: manifest, manifestPath: manifestPath, runtime: sessions[Model.encoder.rawValue]!.runtime,
-                               height: paddedHeight, width: paddedWidth)
+                               height: paddedHeight, width: paddedWidth,
+                               deviceSession: featuresOnDevice ? sessions[Model.encoder.rawValue] : nil)
         let tensors = try Tensors(make)
         try tensors.checkLayout(manifestPath: manifestPath, paddedHeight: paddedHeight, paddedWidth: paddedWidth)
         let keyDim = tensors.key.shape[1], valueDim = tensors.lastMaskValue.shape[1]
@@ -125,6 +131,8 @@ final class MatAnyone2Core {
     }
 
     var memoryFrames: Int { bank.frames }
+    /// Whether the multi-scale features live in the provider's memory (see `Tensors`).
+    var featuresOnDevice: Bool { [tensors.f8, tensors.f4, tensors.f2, tensors.f1].allSatisfy(\.isOnDevice) }
     var keyDim: Int { bank.keyDim }
     var valueDim: Int { bank.valueDim }
 
@@ -254,10 +262,13 @@ private struct Tensors {
 
     init(_ make: MatAnyone2Core.TensorMaker) throws {
         image = try make(.encoder, "image")
-        f8 = try make(.encoder, "f8", output: true)
-        f4 = try make(.encoder, "f4", output: true)
-        f2 = try make(.encoder, "f2", output: true)
-        f1 = try make(.encoder, "f1", output: true)
+        // The multi-scale features only pass from the encoder to the decoder and mask encoder (the glue
+        // never reads them): on a GPU they stay in its memory, the bulk of a frame's data (~370 MB
+        // at 1920×1088) never crossing the bus.
+        f8 = try make(.encoder, "f8", output: true, onDevice: true)
+        f4 = try make(.encoder, "f4", output: true, onDevice: true)
+        f2 = try make(.encoder, "f2", output: true, onDevice: true)
+        f1 = try make(.encoder, "f1", output: true, onDevice: true)
         pixFeat = try make(.encoder, "pix_feat", output: true)
         key = try make(.encoder, "key", output: true)
         shrinkage = try make(.encoder, "shrinkage", output: true)

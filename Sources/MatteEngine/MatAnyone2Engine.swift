@@ -94,7 +94,8 @@ public final class MatAnyone2Engine: MattingEngine {
                                           width: 32, height: 32, parameters: parameters)
         // On a GPU the memory read runs there too (see MemoryReadoutGraph), on the models' provider.
         let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
-        if options.memoryReadout == .graph || (options.memoryReadout == .automatic && provider != .cpu) {
+        onDevice = options.dataPlacement == .device || (options.dataPlacement == .automatic && provider != .cpu)
+        if onDevice {
             var config = options.session
             config.provider = provider
             readoutGraph = try MemoryReadoutGraph(runtime: runtime, keyDim: smallest.keyDim, valueDim: smallest.valueDim, config: config)
@@ -130,8 +131,11 @@ public final class MatAnyone2Engine: MattingEngine {
 
     public var provider: ExecutionProvider { sessions["encoder"]!.provider }
     public let providerNote: String?
-    /// Whether the memory read runs as an ONNX graph on the models' provider (else Swift + BLAS).
-    public var memoryReadoutOnGraph: Bool { readoutGraph != nil }
+    /// Whether data stays on the models' device: the decoder's multi-scale features in memory the
+    /// runtime allocates there, the memory read as an ONNX graph run there (else Swift + BLAS).
+    public let onDevice: Bool
+    /// The current working size's features are in the provider's memory (tests).
+    var featuresOnDevice: Bool { core?.featuresOnDevice ?? false }
     public var precision: ModelPrecision { manifest.precision }
 
     public func reset() {
@@ -237,7 +241,7 @@ public final class MatAnyone2Engine: MattingEngine {
         try checkMemory(width: size.width, height: size.height, frameWidth: frame.width, frameHeight: frame.height)
         let core = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
                                       width: size.width, height: size.height, parameters: parameters,
-                                      readoutGraph: readoutGraph)
+                                      readoutGraph: readoutGraph, featuresOnDevice: onDevice)
         down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
         up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)
         self.core = core

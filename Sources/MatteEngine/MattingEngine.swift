@@ -30,14 +30,15 @@ public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameter
     return try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: workingShortSide, seed: try seed())
 }
 
-/// Where MatAnyone2's memory read (similarity, top-k, softmax, readout) runs.
-public enum MemoryReadoutPlacement: String, Sendable {
-    /// As an ONNX graph when the models run on a GPU, else in Swift with BLAS.
+/// Where MatAnyone2 keeps its data between models: on the models' device (a GPU's memory, with the
+/// memory read as an ONNX graph there) or in host memory (the memory read in Swift with BLAS).
+public enum DataPlacement: String, Sendable {
+    /// On the device when the models run on a GPU, else in host memory.
     case automatic
-    /// Always in Swift with BLAS on the CPU.
-    case swift
-    /// Always as an ONNX graph on the models' provider (on the CPU too: the tests compare the two).
-    case graph
+    /// Host memory, the memory read in Swift.
+    case host
+    /// The provider's memory (on the CPU provider too: the tests compare the two paths there).
+    case device
 }
 
 /// What an engine needs to start: where the models and the runtime are, and how to run sessions.
@@ -51,8 +52,8 @@ public struct EngineOptions: Equatable, Sendable {
     public var memoryBudget: Int
     /// Segmenter: motion-adaptive temporal smoothing, 0 (off) … 1 (see TemporalFilter).
     public var temporalSmoothing: Double = 0
-    /// MatAnyone2: where the memory read runs (automatic: as a graph on GPU providers).
-    public var memoryReadout = MemoryReadoutPlacement.automatic
+    /// MatAnyone2: where data stays between models (automatic: on the GPU when the models run there).
+    public var dataPlacement = DataPlacement.automatic
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
                 session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
                 memoryBudget: Int = MemoryBudget.default) {

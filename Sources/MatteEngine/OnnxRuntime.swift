@@ -238,21 +238,28 @@ public struct SessionConfig: Equatable, Sendable {
     }
 }
 
-/// A float32 tensor whose storage we own; wraps it as an OrtValue once, so runs reuse both.
+/// A float32 tensor whose storage we own; wraps it as an OrtValue once, so runs reuse both. Or, made
+/// `onDeviceOf` a session, in memory that session's provider allocates (a GPU's for CUDA), which only
+/// models read and write: `data` is then not for Swift to touch.
 public final class Tensor {
     public let shape: [Int]
     public let count: Int
     public let data: UnsafeMutablePointer<Float>
     let value: OpaquePointer
+    /// Where the storage came from: ours (calloc), or the runtime's allocator for a device.
+    private enum Storage {
+        case host
+        case device(allocator: UnsafeMutablePointer<OrtAllocator>, memoryInfo: OpaquePointer)
+    }
+    private let storage: Storage
+    public var isOnDevice: Bool { if case .device = storage { return true } else { return false } }
 
     /// Shapes come from manifests and sizes from caps: the element count is checked (no negative
     /// dimension, no overflow) and an allocation the machine refuses is an error, not an abort.
     public init(runtime: OnnxRuntime, shape: [Int], name: String = "tensor") throws {
-        guard let count = checkedProduct(shape), let bytes = checkedProduct([max(count, 1), MemoryLayout<Float>.size]) else {
-            throw EngineError.modelInvalid(path: name, detail: "shape \(shape) has a negative dimension or more elements than fit in memory")
-        }
+        let count = try Tensor.checkedCount(shape, name: name)
         guard let storage = calloc(max(count, 1), MemoryLayout<Float>.size) else {
-            throw EngineError.badSettings(detail: "cannot allocate \(MemoryBudget.describe(bytes)) for '\(name)' \(shape)")
+            throw EngineError.badSettings(detail: "cannot allocate \(MemoryBudget.describe(count * 4)) for '\(name)' \(shape)")
         }
         self.shape = shape
         self.count = count
@@ -270,13 +277,64 @@ public final class Tensor {
         }
         value = created!
         api = runtime.api
+        self.storage = .host
+    }
+
+    /// A tensor in the memory `session`'s provider uses (the GPU's for CUDA/TensorRT, host memory
+    /// for the CPU provider), allocated by the runtime.
+    public init(onDeviceOf session: Session, shape: [Int], name: String = "tensor") throws {
+        let runtime = session.runtime
+        let api = runtime.api.pointee
+        let count = try Tensor.checkedCount(shape, name: name)
+        var memoryInfo: OpaquePointer?
+        let device = session.provider == .cuda || session.provider == .tensorrt ? "Cuda" : "Cpu"
+        try runtime.check(api.CreateMemoryInfo(device, OrtArenaAllocator, 0, OrtMemTypeDefault, &memoryInfo), "CreateMemoryInfo")
+        var allocator: UnsafeMutablePointer<OrtAllocator>?
+        do {
+            try runtime.check(api.CreateAllocator(session.handle, memoryInfo, &allocator), "CreateAllocator")
+        } catch {
+            api.ReleaseMemoryInfo(memoryInfo)
+            throw error
+        }
+        var dims = shape.map { Int64($0) }
+        var created: OpaquePointer?
+        var raw: UnsafeMutableRawPointer?
+        do {
+            try runtime.check(api.CreateTensorAsOrtValue(allocator, &dims, dims.count, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &created),
+                              "CreateTensorAsOrtValue (\(MemoryBudget.describe(count * 4)) for '\(name)' on \(session.provider.rawValue))")
+            try runtime.check(api.GetTensorMutableData(created, &raw), "GetTensorMutableData")
+        } catch {
+            if let created { api.ReleaseValue(created) }
+            api.ReleaseAllocator(allocator)
+            api.ReleaseMemoryInfo(memoryInfo)
+            throw error
+        }
+        self.shape = shape
+        self.count = count
+        data = raw!.bindMemory(to: Float.self, capacity: max(count, 1))
+        value = created!
+        self.api = runtime.api
+        storage = .device(allocator: allocator!, memoryInfo: memoryInfo!)
+    }
+
+    private static func checkedCount(_ shape: [Int], name: String) throws -> Int {
+        guard let count = checkedProduct(shape), checkedProduct([max(count, 1), MemoryLayout<Float>.size]) != nil else {
+            throw EngineError.modelInvalid(path: name, detail: "shape \(shape) has a negative dimension or more elements than fit in memory")
+        }
+        return count
     }
 
     private let api: UnsafePointer<OrtApi>
 
     deinit {
-        api.pointee.ReleaseValue(value)
-        free(data)
+        api.pointee.ReleaseValue(value)   // frees device storage through its allocator
+        switch storage {
+        case .host:
+            free(data)
+        case let .device(allocator, memoryInfo):
+            api.pointee.ReleaseAllocator(allocator)
+            api.pointee.ReleaseMemoryInfo(memoryInfo)
+        }
     }
 
     public var buffer: UnsafeMutableBufferPointer<Float> { UnsafeMutableBufferPointer(start: data, count: count) }

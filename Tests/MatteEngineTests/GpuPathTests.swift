@@ -55,16 +55,17 @@ import TestPaths
         #expect(swift.contains { abs($0) > 0.1 }, "a readout of zeros would match anything")
     }
 
-    /// The whole engine with the graph read against the Swift read, on the CPU, on real frames.
+    /// The whole engine with its device path (features in runtime-allocated memory, the graph read)
+    /// against the host path (the Swift read), on the CPU provider, on real frames.
     @Test func engineWithTheGraphReadMatchesTheSwiftRead() throws {
         let width = 512, height = 288, frameSize = width * height
         let frames = try TestPaths.frames("test-sample2-512x288.bgra", width: width, height: height)
         let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestPaths.dataDir + "/test-sample2-mask-512x288.gray")))
-        func run(_ placement: MemoryReadoutPlacement) throws -> [[Float]] {
+        func run(_ placement: DataPlacement) throws -> [[Float]] {
             var options = EngineOptions(modelDir: TestPaths.modelDir)
-            options.memoryReadout = placement
+            options.dataPlacement = placement
             let engine = try MatAnyone2Engine(options: options, seed: .mask(pixels: mask, width: width, height: height))
-            #expect(engine.memoryReadoutOnGraph == (placement == .graph))
+            #expect(engine.onDevice == (placement == .device))
             var plane = [UInt8](repeating: 0, count: frameSize)
             var report = FrameReport(modelCount: engine.modelNames.count)
             var alphas: [[Float]] = []
@@ -78,11 +79,12 @@ import TestPaths
                 }
                 alphas.append(try #require(engine.workingAlpha()).alpha)
             }
+            #expect(engine.featuresOnDevice == (placement == .device))
             return alphas
         }
-        let swift = try run(.swift), graph = try run(.graph)
+        let swift = try run(.host), graph = try run(.device)
         let worst = zip(swift, graph).flatMap { zip($0, $1).map { Double(abs($0 - $1)) } }.max() ?? .infinity
-        print("MatAnyone2 alpha, graph read vs Swift read over \(swift.count) frames: max |Δ| \(worst)")
+        print("MatAnyone2 alpha, device path vs host path over \(swift.count) frames: max |Δ| \(worst)")
         #expect(worst <= 1e-4)
     }
 
