@@ -39,6 +39,9 @@ final class AsyncMatting {
     /// Alphas kept for the streaming thread (each a full frame of bytes).
     static let kept = 6
 
+    /// Called on the inference thread with a frame's track events (posting a bus message is thread-safe).
+    var onTrackEvents: (([TrackEvent], UInt64) -> Void)?
+
     init(engine: MattingEngine) { self.engine = engine }
 
     deinit { stop() }
@@ -187,6 +190,7 @@ final class AsyncMatting {
                 error = failed
             }
             let end = monotonicMs()
+            if error == nil, !report.events.isEmpty { onTrackEvents?(report.events, frame.pts) }
             condition.lock()
             inFlight = nil
             if let error {

@@ -81,6 +81,8 @@ enum Post {
     case streamError(String)
     case latency
     case stats(UnsafeMutablePointer<GstStructure>)
+    /// A track (re)started or stopped (`matanyone-reseeded`).
+    case trackEvent(TrackEvent, pts: GstClockTime)
 }
 
 /// The element's behaviour. One instance per `GstMatAnyone`, owned by it (see Trampolines.swift).
@@ -190,6 +192,12 @@ final class MatteFilter {
         parameters.maxMemFrames = Int(settings.maxMemFrames)
         parameters.topK = Int(settings.topK)
         parameters.warmup = Int(settings.warmup)
+        parameters.maxPeople = Int(settings.maxPeople)
+        parameters.watch.interval = Int(settings.watchInterval)
+        parameters.watch.minimumIoU = Double(settings.watchIoU) / 100
+        parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
+        parameters.watch.patience = Int(settings.watchPatience)
+        parameters.noPersonAlpha = UInt8(settings.noPersonAlpha)
         return try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
                                           workingShortSide: Int(settings.workingSize),
                                           seed: { try seedSource(settings, maskPath: nil) })
@@ -320,6 +328,9 @@ final class MatteFilter {
                 if current.mode == .async {
                     state.asyncDelayMs = Double(current.asyncDelay)
                     state.async = AsyncMatting(engine: state.engine)
+                    state.async?.onTrackEvents = { [handle] events, pts in
+                        for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
+                    }
                     state.async?.start()
                 }
             }
@@ -482,6 +493,7 @@ final class MatteFilter {
             return (drifted, latency.tracker.expectedMs(fallbackMs: latency.warmUpMs))
         }
         if drifted { posts.append(.latency) }
+        for event in state.report.events { posts.append(.trackEvent(event, pts: input.pts)) }
         if current.statsInterval > 0, state.framesProcessed % UInt(current.statsInterval) == 0 {
             posts.append(.stats(stats(pts: input.pts, totalMs: totalMs, latencyMs: latencyMs, state: state)))
         }
@@ -508,7 +520,19 @@ final class MatteFilter {
         case let .streamError(text): ErrorMapping.postStreamFormatError(text, on: handle)
         case .latency: handle.postLatencyMessage()
         case let .stats(structure): handle.postElementMessage(structure)
+        case let .trackEvent(event, pts): handle.postElementMessage(MatteFilter.reseededMessage(event, pts: pts))
         }
+    }
+
+    /// `matanyone-reseeded, person=(uint)1, reason=(string)drift, pts=…, iou=(double)0.12, uncertainty=…`
+    static func reseededMessage(_ event: TrackEvent, pts: GstClockTime) -> UnsafeMutablePointer<GstStructure> {
+        let message = gst_structure_new_empty("matanyone-reseeded")!
+        shim_structure_set_uint(message, "person", UInt32(event.person))
+        shim_structure_set_string(message, "reason", event.reason.rawValue)
+        shim_structure_set_uint64(message, "pts", pts)
+        if event.iou >= 0 { shim_structure_set_double(message, "iou", event.iou) }
+        if event.uncertainty >= 0 { shim_structure_set_double(message, "uncertainty", event.uncertainty) }
+        return message
     }
 
     func stats(pts: GstClockTime, totalMs: Double, latencyMs: Double, state: StreamState) -> UnsafeMutablePointer<GstStructure> {
@@ -531,6 +555,14 @@ final class MatteFilter {
         shim_structure_set_boolean(stats, "seeded", report.seeded ? 1 : 0)
         shim_structure_set_uint(stats, "memory-frames", UInt32(report.memoryFrames))
         if report.seedMs > 0 { shim_structure_set_double(stats, "seed-ms", report.seedMs) }
+        if engine.kind == .matanyone2 {
+            shim_structure_set_uint(stats, "people", UInt32(report.people))
+            for (slot, ms) in report.personMs.enumerated() where ms > 0 {
+                shim_structure_set_double(stats, "person-\(slot + 1)-ms", ms)
+            }
+            if report.watchIoU >= 0 { shim_structure_set_double(stats, "watch-iou", report.watchIoU) }
+            if report.watchUncertainty >= 0 { shim_structure_set_double(stats, "watch-uncertainty", report.watchUncertainty) }
+        }
         for (name, ms) in zip(engine.modelNames, report.modelMs) {
             shim_structure_set_double(stats, name + "-ms", ms)
         }

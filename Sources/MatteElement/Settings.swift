@@ -140,6 +140,21 @@ struct Settings: Equatable {
     /// 50: halves flicker at the soft edge on two real clips while a moving edge trails by under
     /// 2.5 % (tools/flicker.py, README).
     var temporalSmoothing: UInt32 = 50
+    /// MatAnyone2: people tracked at once (each with its own memory bank).
+    var maxPeople: UInt32 = 1
+    /// The quality watch: every 30 frames (1 s at 30 fps: a drifting track is caught within a few
+    /// seconds, and the segmenter's run every 30th frame costs little).
+    var watchInterval: UInt32 = 30
+    /// IoU (%) below which a track disagrees with the segmenter: 25, far below the agreement of two
+    /// mattes of the same person (README, "Quality watch"), so only a track that has lost its person
+    /// triggers it, not a soft edge or a lagging limb.
+    var watchIoU: UInt32 = 25
+    /// MatAnyone2's mean uncertainty (%) over the person above which a track disagrees.
+    var watchUncertainty: UInt32 = 80
+    /// Disagreeing checks in a row before re-seeding: 3 (one odd frame of the segmenter is not drift).
+    var watchPatience: UInt32 = 3
+    /// Alpha while nobody is tracked: 255 passes the frame through (as before the first seed).
+    var noPersonAlpha: UInt32 = 255
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -246,5 +261,23 @@ struct PropertyDeclaration {
         .uint("temporal-smoothing", "Temporal smoothing",
               "Segmenter: how strongly the matte of still parts of the picture is averaged over time against flicker, "
                   + "in percent (0 = off); where the picture moves the matte follows at once", \.temporalSmoothing, 0...99, .ready),
+        .uint("max-people", "Maximum people",
+              "MatAnyone2: people tracked at once, each with its own memory (seed=auto: the segmenter's separate "
+                  + "regions; seed=mask: the mask's grey levels, else its regions); the alpha is their union",
+              \.maxPeople, 1...UInt32(MatAnyone2Parameters.peopleLimit), .ready),
+        .uint("watch-interval", "Watch interval",
+              "MatAnyone2: every N frames the segmenter checks the track; a track that disagrees watch-patience times "
+                  + "in a row is re-seeded, one whose person left stops (0 = no watch)", \.watchInterval, 0...100_000, .ready),
+        .uint("watch-iou", "Watch IoU",
+              "MatAnyone2: a track whose overlap (IoU, %) with the segmenter's person is below this disagrees",
+              \.watchIoU, 0...100, .ready),
+        .uint("watch-uncertainty", "Watch uncertainty",
+              "MatAnyone2: a track whose mean uncertainty (%) over the person is above this disagrees",
+              \.watchUncertainty, 0...100, .ready),
+        .uint("watch-patience", "Watch patience", "MatAnyone2: disagreeing checks in a row before the watch acts",
+              \.watchPatience, 1...1000, .ready),
+        .uint("no-person-alpha", "Alpha without a person",
+              "MatAnyone2: the alpha while nobody is tracked (255 passes the frame through, 0 shows nothing)",
+              \.noPersonAlpha, 0...255, .ready),
     ]
 }

@@ -10,7 +10,15 @@ public struct MatAnyone2Parameters: Equatable, Sendable {
     public var staggerUpdates = 5
     public var seedDilate = 10
     public var seedErode = 10
+    /// People tracked at once, each with its own memory bank (the encoder runs once for all).
+    public var maxPeople = 1
+    /// The quality watch (off by default in the engine; the element turns it on).
+    public var watch = WatchSettings()
+    /// The alpha while nobody is tracked (255: the frame passes through; 0: nothing shows).
+    public var noPersonAlpha: UInt8 = 255
     public init() {}
+
+    public static let peopleLimit = 8
 
     func validate() throws {
         guard memEvery >= 1 else { throw EngineError.badSettings(detail: "mem-every must be at least 1 (got \(memEvery))") }
@@ -18,12 +26,21 @@ public struct MatAnyone2Parameters: Equatable, Sendable {
             throw EngineError.badSettings(detail: "max-mem-frames must be at least 1 (got \(maxMemFrames))")
         }
         guard topK >= 1 else { throw EngineError.badSettings(detail: "top-k must be at least 1 (got \(topK))") }
+        guard (1...MatAnyone2Parameters.peopleLimit).contains(maxPeople) else {
+            throw EngineError.badSettings(detail: "max-people must be 1 to \(MatAnyone2Parameters.peopleLimit) (got \(maxPeople))")
+        }
+        guard watch.interval >= 0, watch.patience >= 1, (0...1).contains(watch.minimumIoU),
+              (0...1).contains(watch.maximumUncertainty) else {
+            throw EngineError.badSettings(detail: "watch settings out of range: \(watch)")
+        }
     }
 }
 
 /// The MatAnyone2 step schedule for one object at one working size, on the exported model set.
 /// A line-by-line port of `tools/matanyone2/glue.py` (the spec, checked against upstream PyTorch):
-/// all state lives here, the six ONNX models are stateless.
+/// all state lives here, the six ONNX models are stateless. Several people are several cores: the
+/// first owns the encoder's outputs and runs the encoder once per frame (`encode()`), the others
+/// share those tensors (`sharingEncoderWith`) and keep their own memory bank and state.
 final class MatAnyone2Core {
     /// The six models, in the order of `FrameReport.modelMs`.
     enum Model: String, CaseIterable {
@@ -91,7 +108,8 @@ final class MatAnyone2Core {
     }
 
     init(manifest: ModelManifest, manifestPath: String, sessions: [String: Session], width: Int, height: Int,
-         parameters: MatAnyone2Parameters, readoutGraph: MemoryReadoutGraph? = nil, featuresOnDevice: Bool = false) throws {
+         parameters: MatAnyone2Parameters, readoutGraph: MemoryReadoutGraph? = nil, featuresOnDevice: Bool = false,
+         sharingEncoderWith primary: MatAnyone2Core? = nil) throws {
         try parameters.validate()
         self.parameters = parameters
         self.width = width
@@ -103,7 +121,10 @@ final class MatAnyone2Core {
         let make = TensorMaker(manifest: manifest, manifestPath: manifestPath, runtime: sessions[Model.encoder.rawValue]!.runtime,
                                height: paddedHeight, width: paddedWidth,
                                deviceSession: featuresOnDevice ? sessions[Model.encoder.rawValue] : nil)
-        let tensors = try Tensors(make)
+        if let primary, primary.paddedWidth != paddedWidth || primary.paddedHeight != paddedHeight {
+            throw EngineError.badSettings(detail: "cores sharing an encoder must have the same working size")
+        }
+        let tensors = try Tensors(make, sharing: primary?.tensors)
         try tensors.checkLayout(manifestPath: manifestPath, paddedHeight: paddedHeight, paddedWidth: paddedWidth)
         let keyDim = tensors.key.shape[1], valueDim = tensors.lastMaskValue.shape[1]
         guard tensors.key.count == keyDim * gridTokens, tensors.lastMaskValue.count == valueDim * gridTokens else {
@@ -134,6 +155,35 @@ final class MatAnyone2Core {
     /// Whether the multi-scale features live in the provider's memory (see `Tensors`).
     var featuresOnDevice: Bool { [tensors.f8, tensors.f4, tensors.f2, tensors.f1].allSatisfy(\.isOnDevice) }
     var keyDim: Int { bank.keyDim }
+
+    /// The last alpha as a person mask (alpha > 0.5), `width`×`height`.
+    func personMask() -> [Bool] {
+        var mask = [Bool](repeating: false, count: width * height)
+        let source = alpha
+        for y in 0..<height {
+            for x in 0..<width { mask[y * width + x] = source[y * paddedWidth + x] > 0.5 }
+        }
+        return mask
+    }
+
+    /// MatAnyone2's uncertainty (uncert_prob) of the last ordinary frame, averaged over the grid cells
+    /// whose centre lies on the person (all cells when none does).
+    func meanUncertainty(over person: [Bool]) -> Double {
+        let columns = paddedWidth / 16, rows = paddedHeight / 16
+        var onPerson = 0.0, count = 0, everywhere = 0.0
+        for row in 0..<rows {
+            for column in 0..<columns {
+                let p = Double(tensors.uncertainty.data[row * columns + column])
+                everywhere += p
+                let y = row * 16 + 8 - padTop, x = column * 16 + 8 - padLeft
+                if y >= 0, y < height, x >= 0, x < width, person[y * width + x] {
+                    onPerson += p
+                    count += 1
+                }
+            }
+        }
+        return count > 0 ? onPerson / Double(count) : everywhere / Double(max(rows * columns, 1))
+    }
     var valueDim: Int { bank.valueDim }
 
     /// The unpadded alpha of the last frame: `height` rows of `width`, `paddedWidth` apart.
@@ -160,10 +210,10 @@ final class MatAnyone2Core {
     /// Seed step with `seed` (alpha in {0, 1}, `height`×`width`), then warmup + 1 first-frame passes
     /// (`warmupPasses` overrides the warm-up count).
     /// The frame must already be in `image`.
-    func start(seed: [Float], warmupPasses: Int? = nil) throws {
+    func start(seed: [Float], warmupPasses: Int? = nil, encoded: Bool = false) throws {
         reset()
         t = 0
-        try run(calls.encode, .encoder)  // frame 0's encoding is reused by every pass below
+        if !encoded { try encode() }  // frame 0's encoding is reused by every pass below
         tensors.lastAlpha.fill(0)
         for y in 0..<height {
             let row = tensors.lastAlpha.data + (padTop + y) * paddedWidth + padLeft
@@ -206,14 +256,17 @@ final class MatAnyone2Core {
         tensors.sensory.copy(from: tensors.memoryFrameSensory)
     }
 
-    /// One ordinary frame (t ≥ 1); the frame must already be in `image`.
-    func step() throws {
+    /// Runs the encoder on the frame in `image` (for every core sharing this one's encoder outputs).
+    func encode() throws { try run(calls.encode, .encoder) }
+
+    /// One ordinary frame (t ≥ 1); the frame must already be in `image`, and encoded when `encoded`.
+    func step(encoded: Bool = false) throws {
         precondition(started)
         t += 1
         let sinceMemory = t - lastMemoryT
         let isMemoryFrame = sinceMemory >= parameters.memEvery
         let updateSensory = staggerTimes.contains(sinceMemory)
-        try run(calls.encode, .encoder)
+        if !encoded { try encode() }
 
         let readStart = monotonicMs()
         if let readoutGraph {
@@ -260,19 +313,26 @@ private struct Tensors {
     let memoryReadout, memoryValueDifference, uncertainty, visualReadout, memReadout: Tensor
     let decodedAlpha, decodedSensory, memoryFrameSensory, objectSummary: Tensor
 
-    init(_ make: MatAnyone2Core.TensorMaker) throws {
-        image = try make(.encoder, "image")
-        // The multi-scale features only pass from the encoder to the decoder and mask encoder (the glue
-        // never reads them): on a GPU they stay in its memory, the bulk of a frame's data (~370 MB
-        // at 1920×1088) never crossing the bus.
-        f8 = try make(.encoder, "f8", output: true, onDevice: true)
-        f4 = try make(.encoder, "f4", output: true, onDevice: true)
-        f2 = try make(.encoder, "f2", output: true, onDevice: true)
-        f1 = try make(.encoder, "f1", output: true, onDevice: true)
-        pixFeat = try make(.encoder, "pix_feat", output: true)
-        key = try make(.encoder, "key", output: true)
-        shrinkage = try make(.encoder, "shrinkage", output: true)
-        selection = try make(.encoder, "selection", output: true)
+    /// `shared`: another core's tensors whose encoder input and outputs these reuse (one encoding
+    /// per frame for several people).
+    init(_ make: MatAnyone2Core.TensorMaker, sharing shared: Tensors? = nil) throws {
+        if let shared {
+            (image, f8, f4, f2, f1) = (shared.image, shared.f8, shared.f4, shared.f2, shared.f1)
+            (pixFeat, key, shrinkage, selection) = (shared.pixFeat, shared.key, shared.shrinkage, shared.selection)
+        } else {
+            image = try make(.encoder, "image")
+            // The multi-scale features only pass from the encoder to the decoder and mask encoder (the glue
+            // never reads them): on a GPU they stay in its memory, the bulk of a frame's data (~370 MB
+            // at 1920×1088) never crossing the bus.
+            f8 = try make(.encoder, "f8", output: true, onDevice: true)
+            f4 = try make(.encoder, "f4", output: true, onDevice: true)
+            f2 = try make(.encoder, "f2", output: true, onDevice: true)
+            f1 = try make(.encoder, "f1", output: true, onDevice: true)
+            pixFeat = try make(.encoder, "pix_feat", output: true)
+            key = try make(.encoder, "key", output: true)
+            shrinkage = try make(.encoder, "shrinkage", output: true)
+            selection = try make(.encoder, "selection", output: true)
+        }
         sensory = try make(.decoder, "sensory")
         lastAlpha = try make(.decoder, "alpha", output: true)
         lastPixFeat = try make(.uncert, "last_pix_feat")

@@ -25,7 +25,16 @@ public final class MatAnyone2Engine: MattingEngine {
     private let memoryBudget: Int
     private let segmenter: SegmenterEngine?
     private let readoutGraph: MemoryReadoutGraph?
-    private var core: MatAnyone2Core?
+    /// One core per person slot at the current working size; `cores[0]` owns the encoder's tensors
+    /// and encodes each frame once for all of them.
+    private var cores: [MatAnyone2Core] = []
+    private var core: MatAnyone2Core? { cores.first }
+    private var watch: QualityWatch
+    private var framesSinceWatch = 0
+    /// Everyone left (the watch stopped every track): the next seed is a re-entry.
+    private var everyoneLeft = false
+    /// The union of several people's alphas, at working size.
+    private var union: [Float] = []
     private var down: Resampler?
     private var up: Resampler?
     private var seedSource: SeedSource
@@ -87,6 +96,7 @@ public final class MatAnyone2Engine: MattingEngine {
         self.sessions = sessions
         providerNote = choice.fallbackReason
         self.parameters = parameters
+        watch = QualityWatch(settings: parameters.watch, tracks: parameters.maxPeople)
         memoryBudget = options.memoryBudget
         // The whole step schedule built once at the smallest size: a manifest whose shapes the glue
         // cannot use fails here, when the element starts, not at negotiation.
@@ -139,18 +149,21 @@ public final class MatAnyone2Engine: MattingEngine {
     public var precision: ModelPrecision { manifest.precision }
 
     public func reset() {
-        core?.reset()
+        cores.forEach { $0.reset() }
+        watch = QualityWatch(settings: parameters.watch, tracks: parameters.maxPeople)
+        framesSinceWatch = 0
+        everyoneLeft = false
     }
 
     /// Forgets the track and seeds again on the next frame, from `source` (nil: as before).
     public func reseed(_ source: SeedSource?) {
         if let source { seedSource = source }
-        core?.reset()
+        reset()
     }
 
     public func replaceSeed(_ source: SeedSource) { seedSource = source }
 
-    public var isSeeded: Bool { core?.started ?? false }
+    public var isSeeded: Bool { cores.contains { $0.started } }
 
     /// Builds the core for this size and times one seed step plus one pass on a blank frame (about one
     /// ordinary frame's work, without the warm-up passes a real seed runs); then forgets it. With
@@ -164,7 +177,7 @@ public final class MatAnyone2Engine: MattingEngine {
         let black = [UInt8](repeating: 0, count: width * height * 4)
         let start = monotonicMs()
         try black.withUnsafeBufferPointer { pixels in
-            let core = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))
+            let core = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))[0]
             core.image.fill(0)
             try core.start(seed: [Float](repeating: 0, count: core.width * core.height), warmupPasses: 0)
             core.reset()
@@ -176,14 +189,18 @@ public final class MatAnyone2Engine: MattingEngine {
         return elapsed
     }
 
-    /// The last frame's alpha at working size, before resampling and quantisation (for checks).
-    public func workingAlpha() -> (alpha: [Float], width: Int, height: Int)? {
-        guard let core, core.started else { return nil }
-        var out = [Float](repeating: 0, count: core.width * core.height)
-        for y in 0..<core.height {
-            for x in 0..<core.width { out[y * core.width + x] = core.alpha[y * core.paddedWidth + x] }
+    /// The last frame's alpha at working size, before resampling and quantisation (for checks): the
+    /// union of everyone tracked, or one person's (1-based) own.
+    public func workingAlpha(person: Int? = nil) -> (alpha: [Float], width: Int, height: Int)? {
+        let tracked = cores.enumerated().filter { $0.element.started && (person == nil || $0.offset == person! - 1) }
+        guard let first = tracked.first?.element else { return nil }
+        var out = [Float](repeating: 0, count: first.width * first.height)
+        for (_, core) in tracked {
+            for y in 0..<core.height {
+                for x in 0..<core.width { out[y * core.width + x] = max(out[y * core.width + x], core.alpha[y * core.paddedWidth + x]) }
+            }
         }
-        return (out, core.width, core.height)
+        return (out, first.width, first.height)
     }
 
     public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
@@ -192,40 +209,131 @@ public final class MatAnyone2Engine: MattingEngine {
 
     private func matteFrame(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         let start = monotonicMs()
-        let core = try prepare(for: frame)
-        core.clearTimings()
+        let cores = try prepare(for: frame)
+        cores.forEach { $0.clearTimings() }
+        if report.personMs.count != cores.count { report.personMs = [Double](repeating: 0, count: cores.count) }
+        let primary = cores[0]
         let preprocessEnd: Double
-        if !core.started {
+        if !isSeeded {
             // The seed first: with automatic seeding, frames without a person are never scaled.
-            guard let seed = try seedMask(for: frame, report: &report) else {
-                // Not seeded yet: pass the frame through, opaque.
+            let seeds = try seedMasks(for: frame, report: &report)
+            guard !seeds.isEmpty else {
                 let seedEnd = monotonicMs()
-                for y in 0..<alpha.height { (alpha.base + y * alpha.stride).update(repeating: 255, count: alpha.width) }
+                fill(alpha, with: parameters.noPersonAlpha)
                 report.seeded = false
+                report.people = 0
                 report.memoryFrames = 0
                 report.preprocessMs = seedEnd - start
                 report.postprocessMs = monotonicMs() - seedEnd
                 return
             }
-            scaleIntoCore(frame, core)
+            scaleIntoCore(frame, primary)
             preprocessEnd = monotonicMs()
-            try core.start(seed: seed)
+            try primary.encode()
+            for (slot, seed) in seeds.enumerated() {
+                try cores[slot].start(seed: seed, encoded: true)
+                watch.forget(track: slot)
+                if everyoneLeft { report.events.append(TrackEvent(person: slot + 1, reason: .reentry, iou: -1, uncertainty: -1)) }
+            }
+            everyoneLeft = false
+            framesSinceWatch = 0
             report.seedMs = monotonicMs() - preprocessEnd
         } else {
-            scaleIntoCore(frame, core)
+            scaleIntoCore(frame, primary)
             preprocessEnd = monotonicMs()
-            try core.step()
+            try primary.encode()
+            for core in cores where core.started { try core.step(encoded: true) }
+            framesSinceWatch += 1
+            if parameters.watch.interval > 0, framesSinceWatch >= parameters.watch.interval, segmenter != nil {
+                framesSinceWatch = 0
+                try runWatch(frame, report: &report)
+            }
         }
         let inferenceEnd = monotonicMs()
-        up!.resample(core.alpha, sourceStride: core.paddedWidth, into: alpha)
+        let tracked = cores.filter(\.started)
+        if tracked.isEmpty {
+            fill(alpha, with: parameters.noPersonAlpha)
+        } else if tracked.count == 1 {
+            up!.resample(tracked[0].alpha, sourceStride: tracked[0].paddedWidth, into: alpha)
+        } else {
+            // Several people: the union (max) of their alphas.
+            let width = primary.width
+            if union.count != width * primary.height { union = [Float](repeating: 0, count: width * primary.height) }
+            for y in 0..<primary.height {
+                for x in 0..<width {
+                    var value: Float = 0
+                    for core in tracked { value = max(value, core.alpha[y * core.paddedWidth + x]) }
+                    union[y * width + x] = value
+                }
+            }
+            union.withUnsafeBufferPointer { up!.resample($0.baseAddress!, sourceStride: width, into: alpha) }
+        }
         let end = monotonicMs()
         report.preprocessMs = preprocessEnd - start
         report.inferenceMs = inferenceEnd - preprocessEnd
         report.postprocessMs = end - inferenceEnd
-        report.memoryMs = core.memoryMs
-        for index in core.modelMs.indices { report.modelMs[index] = core.modelMs[index] }
-        report.seeded = true
-        report.memoryFrames = core.memoryFrames
+        report.memoryMs = cores.reduce(0) { $0 + $1.memoryMs }
+        for index in primary.modelMs.indices { report.modelMs[index] = cores.reduce(0) { $0 + $1.modelMs[index] } }
+        for (slot, core) in cores.enumerated() {
+            report.personMs[slot] = core.memoryMs + core.modelMs.dropFirst().reduce(0, +)  // [0] is the shared encoder
+        }
+        report.seeded = !tracked.isEmpty
+        report.people = tracked.count
+        report.memoryFrames = tracked.map(\.memoryFrames).max() ?? 0
+    }
+
+    private func fill(_ alpha: GrayImage, with value: UInt8) {
+        for y in 0..<alpha.height { (alpha.base + y * alpha.stride).update(repeating: value, count: alpha.width) }
+    }
+
+    /// The quality watch: the segmenter looks at this frame; each track is compared with the person it
+    /// overlaps most (IoU of the masks, and MatAnyone2's own uncertainty there), and re-seeded from
+    /// that person when they disagree for `patience` checks; a track that overlaps nobody for that
+    /// long stops (its person left); someone the tracks do not cover gets a free slot.
+    private func runWatch(_ frame: BGRAImage, report: inout FrameReport) throws {
+        let people = try segmenterPeople(frame, report: &report)
+        let masks = people.map(\.mask)
+        var claimed = Set<Int>()
+        var worstIoU: Double?, worstUncertainty: Double?
+        for (slot, core) in cores.enumerated() where core.started {
+            let track = core.personMask()
+            var best: (index: Int, iou: Double)?
+            for (index, person) in masks.enumerated() where !claimed.contains(index) {
+                let iou = PersonMasks.intersectionOverUnion(track, person)
+                if best == nil || iou > best!.iou { best = (index, iou) }
+            }
+            // With one person tracked, whoever the segmenter sees is that person (a track that slid
+            // off them entirely is drift); with several, a track overlapping nobody has lost its person.
+            let matched = best.flatMap { parameters.maxPeople == 1 || $0.iou > 0.02 ? $0 : nil }
+            if let matched { claimed.insert(matched.index) }
+            let uncertainty = core.meanUncertainty(over: track)
+            worstIoU = min(worstIoU ?? 1, matched?.iou ?? 0)
+            worstUncertainty = max(worstUncertainty ?? 0, uncertainty)
+            switch watch.judge(track: slot, iou: matched?.iou, uncertainty: matched == nil ? nil : uncertainty) {
+            case .keep:
+                break
+            case .reseed:
+                let reseedStart = monotonicMs()
+                try core.start(seed: people[matched!.index].seed, encoded: true)
+                report.seedMs += monotonicMs() - reseedStart
+                report.events.append(TrackEvent(person: slot + 1, reason: .drift, iou: matched!.iou, uncertainty: uncertainty))
+            case .stop:
+                core.reset()
+                watch.forget(track: slot)
+                report.events.append(TrackEvent(person: slot + 1, reason: .personLeft, iou: matched?.iou ?? 0, uncertainty: uncertainty))
+            }
+        }
+        for (index, person) in people.enumerated() where !claimed.contains(index) {
+            guard isSeeded, let free = cores.firstIndex(where: { !$0.started }) else { break }
+            let seedStart = monotonicMs()
+            try cores[free].start(seed: person.seed, encoded: true)
+            report.seedMs += monotonicMs() - seedStart
+            watch.forget(track: free)
+            report.events.append(TrackEvent(person: free + 1, reason: .newPerson, iou: -1, uncertainty: -1))
+        }
+        if !isSeeded { everyoneLeft = true }
+        if let worstIoU { report.watchIoU = worstIoU }
+        if let worstUncertainty { report.watchUncertainty = worstUncertainty }
     }
 
     /// The frame, scaled to the working size, into the core's image input.
@@ -234,18 +342,22 @@ public final class MatAnyone2Engine: MattingEngine {
                         planeStride: core.imagePlaneStride)
     }
 
-    /// The core and resamplers for this frame size (rebuilt, unseeded, when the size changes).
-    private func prepare(for frame: BGRAImage) throws -> MatAnyone2Core {
-        if let core, down?.sourceWidth == frame.width, down?.sourceHeight == frame.height { return core }
+    /// The cores and resamplers for this frame size (rebuilt, unseeded, when the size changes).
+    private func prepare(for frame: BGRAImage) throws -> [MatAnyone2Core] {
+        if !cores.isEmpty, down?.sourceWidth == frame.width, down?.sourceHeight == frame.height { return cores }
         let size = MatAnyone2Engine.workingSize(width: frame.width, height: frame.height, shortSide: workingShortSide)
         try checkMemory(width: size.width, height: size.height, frameWidth: frame.width, frameHeight: frame.height)
-        let core = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
-                                      width: size.width, height: size.height, parameters: parameters,
-                                      readoutGraph: readoutGraph, featuresOnDevice: onDevice)
+        var built: [MatAnyone2Core] = []
+        for _ in 0..<parameters.maxPeople {
+            built.append(try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
+                                            width: size.width, height: size.height, parameters: parameters,
+                                            readoutGraph: readoutGraph, featuresOnDevice: onDevice, sharingEncoderWith: built.first))
+        }
         down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
         up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)
-        self.core = core
-        return core
+        cores = built
+        reset()
+        return built
     }
 
     /// What ONNX Runtime holds per padded working pixel while the models run (activations and their
@@ -254,12 +366,16 @@ public final class MatAnyone2Engine: MattingEngine {
 
     /// Memory one working size needs: the runtime's share, the engine's tensors (a few hundred floats
     /// per grid cell, counted in the runtime's share) and the memory bank. nil: beyond any machine.
-    static func memoryNeeded(width: Int, height: Int, keyDim: Int, valueDim: Int, maxFrames: Int) -> Int? {
+    static func memoryNeeded(width: Int, height: Int, keyDim: Int, valueDim: Int, maxFrames: Int, people: Int = 1) -> Int? {
         let padded = MatAnyone2Core.paddedSize(width: width, height: height)
+        let tokens = padded.width / 16 * (padded.height / 16)
         return checkedSum([
             checkedProduct([padded.width, padded.height, runtimeBytesPerPixel]),
-            MemoryBank.bytesNeeded(keyDim: keyDim, valueDim: valueDim,
-                                   tokensPerFrame: padded.width / 16 * (padded.height / 16), maxFrames: maxFrames),
+            // Each person: a bank, and its own stride-16 state (sensory, values, readouts: ~3000
+            // floats a grid cell with the two full-size alphas).
+            MemoryBank.bytesNeeded(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: tokens, maxFrames: maxFrames)
+                .flatMap { checkedProduct([$0, people]) },
+            checkedProduct([people - 1, tokens, 12 << 10]),
         ])
     }
 
@@ -273,7 +389,7 @@ public final class MatAnyone2Engine: MattingEngine {
         let (keyDim, valueDim) = (channels("encoder", "key", 64), channels("maskencoder", "mask_value", 256))
         let needed = { (w: Int, h: Int) in
             MatAnyone2Engine.memoryNeeded(width: w, height: h, keyDim: keyDim, valueDim: valueDim,
-                                          maxFrames: self.parameters.maxMemFrames)
+                                          maxFrames: self.parameters.maxMemFrames, people: self.parameters.maxPeople)
         }
         if let bytes = needed(width, height), bytes <= memoryBudget { return }
         let asked = workingShortSide == 0 ? "working-size=0 (the frame's \(frameWidth)×\(frameHeight))"
@@ -291,33 +407,78 @@ public final class MatAnyone2Engine: MattingEngine {
                                       + "\(MemoryBudget.describe(memoryBudget)) (3/4 of its memory); \(advice)")
     }
 
-    /// The seed alpha at working size, or nil when there is nothing to seed with yet.
-    private func seedMask(for frame: BGRAImage, report: inout FrameReport) throws -> [Float]? {
-        guard let core else { return nil }
-        var mask: [Float]
+    /// The seeds at working size, one per person (at most max-people), or none when there is nothing
+    /// to seed with yet. With one person, the whole mask is the person (everyone in it, as one track);
+    /// with several, a mask's grey levels label people (else its separate regions are the people), and
+    /// the segmenter's separate regions are.
+    private func seedMasks(for frame: BGRAImage, report: inout FrameReport) throws -> [[Float]] {
+        guard let core else { return [] }
         switch seedSource {
         case let .mask(pixels, width, height):
-            mask = MatAnyone2Engine.resample(pixels, width: width, height: height, toWidth: core.width, toHeight: core.height)
+            if parameters.maxPeople == 1 {
+                let mask = MatAnyone2Engine.resample(pixels, width: width, height: height, toWidth: core.width, toHeight: core.height)
+                return [SeedMask.prepare(mask, width: core.width, height: core.height,
+                                         dilate: parameters.seedDilate, erode: parameters.seedErode)]
+            }
+            let minimumArea = Int(MatAnyone2Engine.minimumSeedCoverage * Double(width * height))
+            let labels = PersonMasks.labels(in: pixels, minimumArea: minimumArea)
+            if labels.count >= 2 {
+                return labels.prefix(parameters.maxPeople).map { label in
+                    let person = pixels.map { $0 == label ? UInt8(255) : 0 }
+                    let mask = MatAnyone2Engine.resample(person, width: width, height: height, toWidth: core.width, toHeight: core.height)
+                    return SeedMask.prepare(mask, width: core.width, height: core.height,
+                                            dilate: parameters.seedDilate, erode: parameters.seedErode)
+                }
+            }
+            let binary = pixels.map { $0 >= 128 ? UInt8(255) : 0 }
+            return people(in: binary, width: width, height: height).map(\.seed)
         case .automatic:
-            guard let segmenter else { return nil }
-            if seedAlpha.count != frame.width * frame.height {
-                seedAlpha = [UInt8](repeating: 0, count: frame.width * frame.height)
-            }
-            var segmenterReport = FrameReport(modelCount: 1)
-            try seedAlpha.withUnsafeMutableBufferPointer { plane in
-                try segmenter.matte(frame, into: GrayImage(base: plane.baseAddress!, width: frame.width,
-                                                           height: frame.height, stride: frame.width),
-                                    report: &segmenterReport)
-            }
-            report.modelMs[MatAnyone2Core.modelNames.count] = segmenterReport.modelMs[0]
-            let person = seedAlpha.reduce(0) { $0 + ($1 >= 128 ? 1 : 0) }
-            guard Double(person) >= MatAnyone2Engine.minimumSeedCoverage * Double(seedAlpha.count) else { return nil }
-            let binary = seedAlpha.map { $0 >= 128 ? UInt8(255) : 0 }
-            mask = MatAnyone2Engine.resample(binary, width: frame.width, height: frame.height,
-                                             toWidth: core.width, toHeight: core.height)
+            return try segmenterPeople(frame, report: &report).map(\.seed)
         }
-        return SeedMask.prepare(mask, width: core.width, height: core.height,
-                                dilate: parameters.seedDilate, erode: parameters.seedErode)
+    }
+
+    /// The people the segmenter sees in `frame`, as masks at working size (largest first; one mask
+    /// holding everyone with max-people=1); none when it sees less than `minimumSeedCoverage`.
+    private func segmenterPeople(_ frame: BGRAImage, report: inout FrameReport) throws -> [Person] {
+        guard let segmenter else { return [] }
+        if seedAlpha.count != frame.width * frame.height {
+            seedAlpha = [UInt8](repeating: 0, count: frame.width * frame.height)
+        }
+        var segmenterReport = FrameReport(modelCount: 1)
+        try seedAlpha.withUnsafeMutableBufferPointer { plane in
+            try segmenter.matte(frame, into: GrayImage(base: plane.baseAddress!, width: frame.width,
+                                                       height: frame.height, stride: frame.width),
+                                report: &segmenterReport)
+        }
+        report.modelMs[MatAnyone2Core.modelNames.count] += segmenterReport.modelMs[0]
+        let person = seedAlpha.reduce(0) { $0 + ($1 >= 128 ? 1 : 0) }
+        guard Double(person) >= MatAnyone2Engine.minimumSeedCoverage * Double(seedAlpha.count) else { return [] }
+        let binary = seedAlpha.map { $0 >= 128 ? UInt8(255) : 0 }
+        return people(in: binary, width: frame.width, height: frame.height)
+    }
+
+    /// One person at working size: the mask the watch compares with, the seed a track starts from.
+    private struct Person {
+        let mask: [Bool]
+        let seed: [Float]
+    }
+
+    /// A binary 8-bit mask's people at working size: the whole mask with max-people=1 (seeded from
+    /// its resampled soft edge, as upstream's script seeds), else its separate regions of at least
+    /// `minimumSeedCoverage` of the frame, largest first.
+    private func people(in binary: [UInt8], width: Int, height: Int) -> [Person] {
+        guard let core else { return [] }
+        let scaled = MatAnyone2Engine.resample(binary, width: width, height: height, toWidth: core.width, toHeight: core.height)
+        let mask = scaled.map { $0 >= 0.5 }
+        let prepare = { (values: [Float]) in
+            SeedMask.prepare(values, width: core.width, height: core.height,
+                             dilate: self.parameters.seedDilate, erode: self.parameters.seedErode)
+        }
+        guard parameters.maxPeople > 1 else { return [Person(mask: mask, seed: prepare(scaled))] }
+        let minimumArea = max(1, Int(MatAnyone2Engine.minimumSeedCoverage * Double(core.width * core.height)))
+        return PersonMasks.components(of: mask, width: core.width, height: core.height, minimumArea: minimumArea)
+            .prefix(parameters.maxPeople)
+            .map { Person(mask: $0, seed: prepare($0.map { $0 ? 1 : 0 })) }
     }
 
     /// An 8-bit mask → values in [0, 1] at another size (SeedMask.prepare quantises them once).

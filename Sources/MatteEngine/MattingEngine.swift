@@ -78,6 +78,16 @@ public struct FrameReport {
     public var memoryFrames = 0
     /// Time spent seeding (first-frame warm-up passes), reported once on the frame that seeded.
     public var seedMs = 0.0
+    /// People tracked after this frame (MatAnyone2), and each slot's own time (its models and memory
+    /// read; the shared encoder is not in it); 0 for free slots.
+    public var people = 0
+    public var personMs: [Double] = []
+    /// The quality watch's last IoU between the tracks and the segmenter (the worst track), and the
+    /// uncertainty it saw; -1 until it has looked.
+    public var watchIoU = -1.0
+    public var watchUncertainty = -1.0
+    /// Tracks (re)started or stopped on this frame.
+    public var events: [TrackEvent] = []
 
     public init(modelCount: Int) { modelMs = [Double](repeating: 0, count: modelCount) }
 
@@ -88,6 +98,8 @@ public struct FrameReport {
         memoryMs = 0
         seedMs = 0
         for index in modelMs.indices { modelMs[index] = 0 }
+        for index in personMs.indices { personMs[index] = 0 }
+        events.removeAll(keepingCapacity: true)
     }
 }
 

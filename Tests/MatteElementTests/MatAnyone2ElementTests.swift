@@ -100,6 +100,43 @@ import TestPaths
         #expect(error.message.contains("int8 set") && error.message.contains("precision=int8"))
     }
 
+    /// The quality watch, forced to find drift (an IoU of 100 % is never reached): each action is a
+    /// `matanyone-reseeded` message; the stats carry the people tracked and the watch's IoU.
+    @Test func theWatchPostsReseededMessages() throws {
+        let run = runPipeline(
+            "\(realFrames) ! identity eos-after=6 ! \(element) seed=mask seed-mask=\"\(mask)\" warmup=0 stats-interval=1 "
+                + "watch-interval=2 watch-iou=100 watch-patience=1 ! fakesink sync=false")
+        #expect(run.error == nil)
+        let reseeded = run.elementMessages.filter { $0["name"] == "matanyone-reseeded" }
+        #expect(reseeded.count == 2, "\(reseeded)")
+        #expect(reseeded.allSatisfy { $0["reason"] == "drift" && $0["person"] == "1" && Double($0["iou"] ?? "") != nil })
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(stats.allSatisfy { $0["people"] == "1" })
+        #expect(stats.contains { Double($0["watch-iou"] ?? "").map { (0...1).contains($0) } ?? false })
+        // The same run with the watch off: no message.
+        let quiet = runPipeline("\(realFrames) ! identity eos-after=6 ! \(element) seed=mask seed-mask=\"\(mask)\" warmup=0 "
+                                + "watch-interval=0 ! fakesink sync=false")
+        #expect(!quiet.elementMessages.contains { $0["name"] == "matanyone-reseeded" })
+    }
+
+    /// Two people by grey level in the seed mask: stats list both with their own times.
+    @Test func twoLabelledPeopleAreTrackedSeparately() throws {
+        let folder = TestPaths.scratch("labels"), path = folder + "/two.png"
+        // A box of grey 100 on the left, one of grey 200 on the right, encoded by GStreamer.
+        var pixels = [UInt8](repeating: 0, count: 512 * 288)
+        for y in 40..<240 { for x in 40..<200 { pixels[y * 512 + x] = 100 } }
+        for y in 60..<200 { for x in 320..<440 { pixels[y * 512 + x] = 200 } }
+        try Data(pixels).write(to: URL(fileURLWithPath: folder + "/two.gray"))
+        _ = runPipeline("filesrc location=\"\(folder)/two.gray\" ! rawvideoparse format=gray8 width=512 height=288 "
+                        + "! pngenc ! filesink location=\"\(path)\"")
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) seed=mask seed-mask=\"\(path)\" warmup=0 "
+                              + "max-people=2 stats-interval=1 ! fakesink sync=false")
+        #expect(run.error == nil, "\(String(describing: run.error))")
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["people"] == "2" })
+        #expect(stats.allSatisfy { Double($0["person-1-ms"] ?? "") != nil && Double($0["person-2-ms"] ?? "") != nil })
+    }
+
     /// The latency answer is one frame's cost: the one-off seeding (11 passes) is not latency.
     @Test func latencyLeavesSeedingOut() throws {
         var answered: GstClockTime = 0
