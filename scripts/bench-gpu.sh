@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU benchmark: the element on CUDA or TensorRT at each working size, one line of fps per size.
-# Needs an NVIDIA machine with CUDA 12 and cuDNN 9 libraries; installs the GPU build of ONNX Runtime
-# (scripts/setup.sh --gpu) first. Results: bench/gpu-<provider>-<size>.json.
+# Needs an NVIDIA machine with a driver for CUDA 13 (580 or newer); installs the GPU build of ONNX
+# Runtime and its NVIDIA libraries (scripts/setup.sh --gpu) first. Results: bench/gpu-<provider>-<size>.json.
+# (On a bare GPU machine without GStreamer or Swift, use scripts/gpu-proof/ instead.)
 #   scripts/bench-gpu.sh [cuda|tensorrt] [SIZE ...]      default: cuda 512x288 1920x1088
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
