@@ -30,4 +30,9 @@ if [[ " $* " == *" --precision int8 "* ]] && [[ " $* " != *" --model-dir "* ]] \
     echo "[bench] making the int8 set (tools/matanyone2/quantize.py)"
     .venv/bin/python -m tools.matanyone2.quantize --src "$SET_DIR/matanyone2"
 fi
+if [[ " $* " == *" --precision fp16 "* ]] && [[ " $* " != *" --model-dir "* ]] \
+        && [ ! -f "$SET_DIR/matanyone2-fp16/manifest.json" ]; then
+    echo "[bench] making the fp16 set (tools/matanyone2/fp16.py)"
+    .venv/bin/python -m tools.matanyone2.fp16 --src "$SET_DIR/matanyone2"
+fi
 exec .venv/bin/python -m tools.bench "${EXTRA[@]}" "$@"

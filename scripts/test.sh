@@ -58,6 +58,13 @@ if [ "$(cat "$Q8/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
         || { echo "0 passed, 1 failed"; exit 1; }
     echo "$TOOLS_SHA" > "$Q8/.tools.sha256"
 fi
+# The fp16 set (precision=fp16, for GPUs; it runs on the CPU too, through casts).
+F16="$MATANYONE_TEST_MODELS/matanyone2-fp16"
+if [ "$(cat "$F16/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
+    say "converting it to fp16"
+    "$PY" -m tools.matanyone2.fp16 --src "$M2" --out "$F16" --check-frames 4 || { echo "0 passed, 1 failed"; exit 1; }
+    echo "$TOOLS_SHA" > "$F16/.tools.sha256"
+fi
 if [ ! -s "$REF" ]; then
     say "running the upstream PyTorch reference (30 frames)"
     "$PY" -m tools.matanyone2.reference --random-init 0 --frames-bgra "$FRAMES" --width 512 --height 288 \

@@ -2,7 +2,7 @@
 on the same decoded frames at the same working size, in one run.
 
     scripts/bench.sh [--size 512x288] [--input-size 1920x1080] [--frames 60] [--engine matanyone2]
-                     [--provider cpu] [--threads 0] [--precision fp32|int8] [--model-dir DIR]
+                     [--provider cpu] [--threads 0] [--precision fp32|int8|fp16] [--model-dir DIR]
                      [--rounds 3] [--no-upstream] [--json FILE]
     scripts/bench.sh --soak 5000 [--size 256x144] [--json FILE]
 
@@ -23,8 +23,9 @@ scaling down to the working size and the alpha back up — is the 1080p one); up
 frames already at the working size.
 --soak N instead loops the clip's frames through the element N times and samples the process's RSS
 while it runs: the memory bank fills early, so RSS must then stay flat.
-With --precision int8 the element runs the int8 set, then once more with fp32 on the same frames,
-and the int8 alpha's deviation from fp32 is reported (mean, p99, max |Δα| and IoU at 0.5).
+With --precision int8 or fp16 the element runs that set, then once more with fp32 on the same frames
+(same provider), and the alpha's deviation from fp32 is reported (mean, p99, max |Δα| and IoU at 0.5;
+in the JSON as int8_deviation_from_fp32 or fp16_deviation_from_fp32).
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ SHARED = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
 GMAC_512x288 = 35.1  # MatAnyone2 per frame at 512×288 (encoder 10.1, readout 4.2, decoder 13.1, mask encoder 7.7, rest)
 STAT_LINE = re.compile(r"matanyone-stats, (.*);")
 FIELD = re.compile(r"([\w-]+)=\((\w+)\)([^,]+)")
+REDUCED_PRECISIONS = ("int8", "fp16")  # sets whose alpha the benchmark compares with fp32's
 
 
 def parse_stats(text: str) -> list[dict]:
@@ -369,6 +371,21 @@ def deviation(test: Path, reference: Path, width: int, height: int, skip: int) -
     return {"frames": frames - skip, **alpha_deviation(a, b)}
 
 
+def precision_deviation(args, width: int, height: int, count: int, mask: Path, alpha: Path, work: Path) -> dict | None:
+    """For --precision int8 or fp16 (MatAnyone2): the element once more with fp32 on the same frames,
+    and the deviation of the reduced-precision alpha (already in `alpha`) from fp32's, with fp32's
+    time per frame in that run. None for fp32 or the segmenter."""
+    if args.precision not in REDUCED_PRECISIONS or args.engine != "matanyone2":
+        return None
+    print(f"running the element again with fp32 for the {args.precision} deviation …", flush=True)
+    reference = work / f"alpha-fp32-{width}x{height}.gray"
+    fp32_rows, _, _ = run_element(args, width, height, count, mask, "fp32", reference)
+    result = deviation(alpha, reference, args.input_width, args.input_height, args.skip)
+    fp32_total = [r["total-ms"] for r in fp32_rows if r.get("frame", 0) > args.skip]
+    result["fp32_total_ms_same_run"] = summary(fp32_total)
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clip", type=Path, default=SHARED / "media" / "test-sample2.mp4")
@@ -384,8 +401,8 @@ def main(argv=None) -> int:
     parser.add_argument("--engine", default="matanyone2", choices=["matanyone2", "segmenter"])
     parser.add_argument("--provider", default="cpu", choices=["cpu", "cuda", "tensorrt", "openvino", "auto"])
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "int8"],
-                        help="MatAnyone2 model set; int8 also reports its deviation from fp32")
+    parser.add_argument("--precision", default="fp32", choices=["fp32"] + list(REDUCED_PRECISIONS),
+                        help="MatAnyone2 model set; int8 and fp16 also report their deviation from fp32")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
     parser.add_argument("--no-upstream", action="store_true", help="skip the PyTorch comparison")
     parser.add_argument("--rounds", type=int, default=3,
@@ -463,14 +480,7 @@ def main(argv=None) -> int:
     gmac = GMAC_512x288 * pixels_ratio if args.engine == "matanyone2" else None
     floor_ms = gmac * 2 / peak * 1000 if gmac else None
 
-    int8_deviation = None
-    if args.precision == "int8" and args.engine == "matanyone2":
-        print("running the element again with fp32 for the int8 deviation …", flush=True)
-        reference = work / f"alpha-fp32-{width}x{height}.gray"
-        fp32_rows, _, _ = run_element(args, width, height, count, mask, "fp32", reference)
-        int8_deviation = deviation(alpha, reference, args.input_width, args.input_height, args.skip)
-        fp32_total = [r["total-ms"] for r in fp32_rows if r.get("frame", 0) > args.skip]
-        int8_deviation["fp32_total_ms_same_run"] = summary(fp32_total)
+    precision_dev = precision_deviation(args, width, height, count, mask, alpha, work)
 
     print()
     print(f"{'stage':38s} {'median ms':>10s} {'p95 ms':>10s}")
@@ -498,20 +508,25 @@ def main(argv=None) -> int:
         note = " (an fp32 floor: int8 arithmetic is not bound by it)" if args.precision == "int8" else ""
         print(f"floor                {floor_ms:.0f} ms/frame ({gmac:.1f} GMAC at the ORT MatMul peak); "
               f"ours = {total_median / floor_ms:.2f}× the floor{note}")
-    if int8_deviation:
-        d = int8_deviation
-        print(f"int8 vs fp32 alpha   mean |Δα| {d['mean_abs']:.4f}, p99 {d['p99_abs']:.4f}, max {d['max_abs']:.4f}, "
+    if precision_dev:
+        d = precision_dev
+        label = f"{args.precision} vs fp32 alpha"
+        print(f"{label:21s}mean |Δα| {d['mean_abs']:.4f}, p99 {d['p99_abs']:.4f}, max {d['max_abs']:.4f}, "
               f"IoU@0.5 {d['iou_at_0.5']:.4f} ({d['frames']} frames)")
         fp32_median = d["fp32_total_ms_same_run"]["median"]
         if fp32_median:
-            print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; int8 is {fp32_median / total_median:.2f}× faster")
+            ratio = fp32_median / total_median
+            speed = f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
+            print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {args.precision} is {speed}")
     if upstream:
         print(f"upstream PyTorch     {upstream['median']:.0f} ms/frame median (p95 {upstream['p95']:.0f}); "
               f"ours is {upstream['median'] / total_median:.2f}× faster")
 
     result = {
         "machine": machine(), "engine": args.engine, "provider": args.provider, "threads": args.threads,
-        "precision": args.precision, "int8_deviation_from_fp32": int8_deviation,
+        "precision": args.precision,
+        "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
+        "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
         "stages_ms": stages, "fps": fps, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
         "cpu_peak_gflops": peak,  # the peak the floor uses: the ORT MatMul's (numpy's SGEMM before)
