@@ -249,8 +249,29 @@ def element_description(args, width: int, height: int, mask: Path, precision: st
     if args.model_dir:
         element += f" model-dir={args.model_dir}"
     if args.engine == "matanyone2":
-        element += f" seed=mask seed-mask={mask}"
+        element += f" seed=mask seed-mask={mask} max-people={args.people} watch-interval=0"
     return element
+
+
+def labelled_mask(person: np.ndarray, people: int) -> np.ndarray:
+    """The clip's person (grey 100) plus people−1 square stand-ins (grey 200, 150, …) where the mask is
+    empty: --people N tracks N separate people on the same frames (each stand-in is tracked as an
+    object of its own, which costs what a person costs)."""
+    height, width = person.shape
+    labelled = np.where(person >= 128, 100, 0).astype(np.uint8)
+    side = max(16, min(width, height) // 4)
+    taken = person >= 128
+    for index in range(1, people):
+        for top in range(8, height - side - 8, 8):
+            spot = next((left for left in range(8, width - side - 8, 8)
+                         if not taken[max(top - 8, 0):top + side + 8, max(left - 8, 0):left + side + 8].any()), None)
+            if spot is not None:
+                labelled[top:top + side, spot:spot + side] = 250 - 50 * index
+                taken[top:top + side, spot:spot + side] = True
+                break
+        else:
+            sys.exit(f"bench: no room for {people} people at this working size")
+    return labelled
 
 
 def run_element(args, width: int, height: int, count: int, mask: Path, precision: str,
@@ -404,6 +425,9 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="fp32", choices=["fp32"] + list(REDUCED_PRECISIONS),
                         help="MatAnyone2 model set; int8 and fp16 also report their deviation from fp32")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
+    parser.add_argument("--people", type=int, default=1,
+                        help="MatAnyone2: track this many people (the clip's dancer plus stand-ins); "
+                             "prints each person's own time, i.e. the cost of an extra person")
     parser.add_argument("--no-upstream", action="store_true", help="skip the PyTorch comparison")
     parser.add_argument("--rounds", type=int, default=3,
                         help="alternating rounds of ours and upstream; each side's best round is reported")
@@ -422,6 +446,10 @@ def main(argv=None) -> int:
     from PIL import Image
     mask = work / f"mask-{width}x{height}.png"
     Image.open(args.mask).convert("L").resize((width, height), Image.NEAREST).save(mask)
+    if args.people > 1:
+        mask = work / f"mask-{width}x{height}-{args.people}-people.png"
+        person = np.asarray(Image.open(args.mask).convert("L").resize((width, height), Image.NEAREST))
+        Image.fromarray(labelled_mask(person, args.people)).save(mask)
     if args.soak:
         return soak(args, width, height, mask, work)
 
@@ -460,8 +488,9 @@ def main(argv=None) -> int:
     cpu = cpu_description(args.threads)
     peak_kib = max(r["peak_kib"] for r in rounds)
     upstream = min((r["upstream"] for r in rounds if r["upstream"]), key=lambda u: u["median"], default=None)
-    model_fields = [k for k in measured[0] if k.endswith("-ms") and k not in
+    model_fields = [k for k in measured[0] if k.endswith("-ms") and not k.startswith("person-") and k not in
                     ("preprocess-ms", "inference-ms", "postprocess-ms", "total-ms", "memory-ms", "latency-ms", "seed-ms")]
+    people_ms = {k[:-3]: summary([r[k] for r in measured if k in r]) for k in measured[0] if k.startswith("person-")}
     stages = {"preprocess": summary([r["preprocess-ms"] for r in measured])}
     for field in model_fields:
         values = [r[field] for r in measured if r[field] > 0]
@@ -518,6 +547,11 @@ def main(argv=None) -> int:
             ratio = fp32_median / total_median
             speed = f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
             print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {args.precision} is {speed}")
+    if len(people_ms) > 1:
+        extra = statistics.mean(s["median"] for name, s in people_ms.items() if name != "person-1")
+        shared = stages.get("encoder", {}).get("median", 0)
+        print(f"people               {len(people_ms)}: " + ", ".join(f"{k} {s['median']:.0f} ms" for k, s in people_ms.items())
+              + f"; each extra person costs ~{extra:.0f} ms/frame (the encoder, {shared:.0f} ms, runs once for all)")
     if upstream:
         print(f"upstream PyTorch     {upstream['median']:.0f} ms/frame median (p95 {upstream['p95']:.0f}); "
               f"ours is {upstream['median'] / total_median:.2f}× faster")
@@ -528,7 +562,7 @@ def main(argv=None) -> int:
         "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
         "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
-        "stages_ms": stages, "fps": fps, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
+        "stages_ms": stages, "fps": fps, "people": args.people, "person_ms": people_ms, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
         "cpu_peak_gflops": peak,  # the peak the floor uses: the ORT MatMul's (numpy's SGEMM before)
         "ort_matmul_peak_gflops": peak, "numpy_sgemm_gflops": sgemm, "openblas_coretype": cpu["openblas_coretype"],
         "cpu_model": cpu["model"], "cpu_isa": cpu["isa"], "cpu_cores_used": cpu["cores_used"],
