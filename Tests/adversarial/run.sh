@@ -76,12 +76,27 @@ run_case() {
         m2) [ -f "$M2_SRC/manifest.json" ] || { fail "$name" setup "no matanyone2 test set" /dev/null; return; } ;;
         ort) [ -f "$ORT_LIB" ] || { fail "$name" setup "no ONNX Runtime at $DATA/onnxruntime (run scripts/setup.sh)" /dev/null; return; } ;;
     esac
-    local started=$SECONDS rc
-    # (Not exec: the subshell reports a death by signal into the log, not onto this script's stderr.)
-    ( [ -n "$memcap" ] && ulimit -d "$DATA_LIMIT_KB"
-      timeout -k 10 "$limit" gst-launch-1.0 --no-fault "$@"; exit $? ) </dev/null >"$log" 2>&1
-    rc=$?
-    local elapsed=$((SECONDS - started))
+    local started rc elapsed attempt
+    for attempt in 1 2; do
+        started=$SECONDS
+        # (Not exec: the subshell reports a death by signal into the log, not onto this script's stderr.)
+        ( [ -n "$memcap" ] && ulimit -d "$DATA_LIMIT_KB"
+          timeout -k 10 "$limit" gst-launch-1.0 --no-fault "$@"; exit $? ) </dev/null >"$log" 2>&1
+        rc=$?
+        elapsed=$((SECONDS - started))
+        # gst-launch-1.0 1.22 quits its main loop from a bus *sync* handler on ERROR; an ERROR posted
+        # before the main thread has entered g_main_loop_run (an element refusing caps within the
+        # first milliseconds of streaming, on a loaded machine) is lost, and gst-launch waits forever
+        # with the pipeline already failed (gdb: main thread idle in g_main_loop_run, the ERROR
+        # printed, "Setting pipeline to NULL" never reached). That is gst-launch's race, not the
+        # element's: a case that timed out that way is run once more, and a second hang counts.
+        if [ "$attempt" = 1 ] && [ "$rc" = 124 ] && grep -q "^ERROR: pipeline doesn't want to preroll" "$log" \
+                && ! grep -q "^Setting pipeline to NULL" "$log"; then
+            echo "NOTE $name: gst-launch lost the quit of an early ERROR (its own race); running it again"
+            continue
+        fi
+        break
+    done
     # For the report only: the log itself is what the checks read (the command line names the paths).
     repro="GST_REGISTRY=$GST_REGISTRY timeout $limit gst-launch-1.0 --no-fault $*  # exit $rc after ${elapsed}s"
 
@@ -347,6 +362,12 @@ run_case output-alpha-with-composite-caps notneg $T_NORMAL needs=seg -- \
     $(src 64 48 3) ! matanyone $SEG_OPTS output=alpha ! video/x-raw,format=BGRA ! fakesink
 run_case seg-framerate-0_1 eos $T_NORMAL needs=seg -- $(src 64 48 3 framerate=0/1) ! matanyone $SEG_OPTS ! $GRAY_SINK
 run_case m2-framerate-0_1 eos $T_NORMAL needs=m2 -- $(src 64 48 3 framerate=0/1) ! matanyone $M2_SMALL ! $GRAY_SINK
+# Several people and the watch at their limits: 8 people at 4K with the frame's own size is refused
+# with the largest size that fits (or runs where memory allows); a watch every frame with patience 1
+# re-seeds at once; people cut to pieces by a mask of 1-pixel stripes.
+size_case m2-max-people-8-working-size-0-3840x2160 "$M2_OPTS max-people=8 working-size=0 warmup=0" 3840 2160 1 $T_BIG either m2 memcap=1
+size_case m2-watch-every-frame "$M2_SMALL watch-interval=1 watch-patience=1 watch-iou=100" 64 48 4 $T_NORMAL eos m2
+size_case m2-max-people-8-small "$M2_SMALL max-people=8" 64 48 3 $T_NORMAL eos m2
 for format in GRAY8 I420; do
     run_case input-$format notneg $T_NORMAL -- \
         videotestsrc num-buffers=3 ! video/x-raw,format=$format,width=64,height=48 ! matanyone $SEG_OPTS ! fakesink
