@@ -252,6 +252,8 @@ public final class Tensor {
         case device(allocator: UnsafeMutablePointer<OrtAllocator>, memoryInfo: OpaquePointer)
     }
     private let storage: Storage
+    /// The session whose allocator made the storage: it must outlive the allocator.
+    private let allocatorOwner: Session?
     public var isOnDevice: Bool { if case .device = storage { return true } else { return false } }
 
     /// Shapes come from manifests and sizes from caps: the element count is checked (no negative
@@ -278,6 +280,7 @@ public final class Tensor {
         value = created!
         api = runtime.api
         self.storage = .host
+        allocatorOwner = nil
     }
 
     /// A tensor in the memory `session`'s provider uses (the GPU's for CUDA/TensorRT, host memory
@@ -315,6 +318,7 @@ public final class Tensor {
         value = created!
         self.api = runtime.api
         storage = .device(allocator: allocator!, memoryInfo: memoryInfo!)
+        allocatorOwner = session
     }
 
     private static func checkedCount(_ shape: [Int], name: String) throws -> Int {
