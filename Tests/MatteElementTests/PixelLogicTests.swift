@@ -46,6 +46,40 @@ struct PixelLogicTests {
         #expect(Array(translucent[8..<12]) == [200, 100, 0, 128])
     }
 
+    /// Over an opaque colour the division is by a constant: the bytes are still those of the general
+    /// Porter-Duff formula, for every colour value and α.
+    @Test func flatteningOverAnOpaqueColourKeepsTheGeneralFormulasBytes() {
+        let size = 256
+        var frame = [UInt8](repeating: 0, count: size * size * 4), matte = [UInt8](repeating: 0, count: size * size)
+        for value in 0..<size {
+            for a in 0..<size {
+                let i = value * size + a
+                frame[4 * i] = UInt8(value); frame[4 * i + 1] = UInt8(255 - value); frame[4 * i + 2] = UInt8(value / 2)
+                matte[i] = UInt8(a)
+            }
+        }
+        for color: UInt32 in [0xFF00_B140, 0xFFFF_FFFF, 0xFF00_0000, 0xFF7F_3A01] {
+            var out = [UInt8](repeating: 0, count: frame.count)
+            frame.withUnsafeBufferPointer { source in
+                matte.withUnsafeMutableBufferPointer { alpha in
+                    Compositor.flattenOverColor(frame: BGRAImage(base: source.baseAddress!, width: size, height: size, stride: size * 4),
+                                                alpha: GrayImage(base: alpha.baseAddress!, width: size, height: size, stride: size),
+                                                output: &out, outputStride: size * 4, format: .bgra, color: color)
+                }
+            }
+            let rgb = [Int(color & 0xFF), Int((color >> 8) & 0xFF), Int((color >> 16) & 0xFF)]  // B, G, R
+            var mismatches = 0
+            for i in matte.indices {
+                let a = Int(matte[i]), under = 255 * (255 - a), total = a * 255 + under
+                for c in 0..<3 where Int(out[4 * i + c]) != (Int(frame[4 * i + c]) * a * 255 + rgb[c] * under + total / 2) / total {
+                    mismatches += 1
+                }
+                if out[4 * i + 3] != 255 { mismatches += 1 }
+            }
+            #expect(mismatches == 0, "colour \(String(color, radix: 16))")
+        }
+    }
+
     @Test func latencyTrackerReportsAHighPercentileAndDetectsDrift() {
         var tracker = LatencyTracker(window: 16)
         #expect(tracker.answer(fallbackMs: 12) == 12)
