@@ -9,17 +9,33 @@ enum CompositeFormat {
 struct Compositor {
     private var blurred: [UInt8] = []
     private var scratch: [UInt16] = []
+    private var estimator: ForegroundEstimator?
 
-    /// `output` is a BGRA/RGBA frame of the same size as `frame`.
+    /// `output` is a BGRA/RGBA frame of the same size as `frame`. With `foregroundEstimation`, pixels
+    /// at the matte's soft edge take their estimated foreground colour instead of the frame's, which
+    /// still holds the old background there (see ForegroundEstimator): over a colour or the blur no
+    /// halo of it remains, and the straight-alpha output carries clean colours.
     mutating func composite(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
                             outputStride: Int, format: CompositeFormat, background: BackgroundMode,
-                            color: UInt32) {
+                            color: UInt32, foregroundEstimation: Bool = false) {
+        // The whole frame as before, then the soft pixels of the soft tiles again, with their estimated colours.
+        let estimated = foregroundEstimation ? estimateForeground(frame: frame, alpha: alpha) : nil
         switch background {
         case .none:
             Compositor.attachAlpha(frame: frame, alpha: alpha, output: output, outputStride: outputStride, format: format)
+            Compositor.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
+                foreground, matte, out, _, _ in
+                Compositor.attachAlpha(frame: foreground, alpha: matte, output: out, outputStride: outputStride, format: format,
+                                       softOnly: true)
+            }
         case .color:
             Compositor.flattenOverColor(frame: frame, alpha: alpha, output: output, outputStride: outputStride,
                                         format: format, color: color)
+            Compositor.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
+                foreground, matte, out, _, _ in
+                Compositor.flattenOverColor(frame: foreground, alpha: matte, output: out, outputStride: outputStride,
+                                            format: format, color: color, softOnly: true)
+            }
         case .blur:
             blur(frame)
             let width = frame.width
@@ -27,19 +43,51 @@ struct Compositor {
                 let under = BGRAImage(base: blurPixels.baseAddress!, width: width, height: frame.height, stride: width * 4)
                 Compositor.flatten(frame: frame, over: under, alpha: alpha, output: output, outputStride: outputStride,
                                    format: format)
+                Compositor.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
+                    foreground, matte, out, x, y in
+                    let underTile = BGRAImage(base: under.base + y * under.stride + 4 * x, width: foreground.width,
+                                              height: foreground.height, stride: under.stride)
+                    Compositor.flatten(frame: foreground, over: underTile, alpha: matte, output: out,
+                                       outputStride: outputStride, format: format, softOnly: true)
+                }
             }
         }
     }
 
+    /// The estimate for this frame, by an estimator kept across frames (its buffers are reused).
+    private mutating func estimateForeground(frame: BGRAImage, alpha: GrayImage) -> ForegroundEstimator {
+        let estimator = self.estimator ?? ForegroundEstimator()
+        self.estimator = estimator
+        estimator.estimate(frame: frame, alpha: alpha)
+        return estimator
+    }
+
+    /// Calls `body` with each soft tile's estimated colours, its matte, where its output starts, and its
+    /// position in the frame; nothing without an estimate.
+    private static func forEachSoftTile(of estimator: ForegroundEstimator?, alpha: GrayImage,
+                                        output: UnsafeMutablePointer<UInt8>, outputStride: Int,
+                                        _ body: (BGRAImage, GrayImage, UnsafeMutablePointer<UInt8>, Int, Int) -> Void) {
+        guard let estimator else { return }
+        for index in estimator.tiles.indices {
+            let tile = estimator.tiles[index]
+            let matte = GrayImage(base: alpha.base + tile.y * alpha.stride + tile.x, width: tile.width,
+                                  height: tile.height, stride: alpha.stride)
+            body(estimator.foreground(ofTile: index), matte, output + tile.y * outputStride + 4 * tile.x, tile.x, tile.y)
+        }
+    }
+
+    /// 0 < α < 255: where an estimate replaces the frame's colour (`softOnly` passes touch only these).
+    @inline(__always) static func isSoft(_ alpha: UInt8) -> Bool { alpha &- 1 < 254 }
+
     /// The frame with alpha = matte (straight alpha).
     static func attachAlpha(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
-                            outputStride: Int, format: CompositeFormat) {
+                            outputStride: Int, format: CompositeFormat, softOnly: Bool = false) {
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
         for y in 0..<frame.height {
             let source = frame.base + y * frame.stride
             let matte = alpha.base + y * alpha.stride
             let out = output + y * outputStride
-            for x in 0..<frame.width {
+            for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
                 let s = source + 4 * x, o = out + 4 * x
                 o[first] = s[0]
                 o[1] = s[1]
@@ -51,7 +99,7 @@ struct Compositor {
 
     /// The frame flattened over an ARGB colour; the result's alpha is that of "frame over colour".
     static func flattenOverColor(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
-                                 outputStride: Int, format: CompositeFormat, color: UInt32) {
+                                 outputStride: Int, format: CompositeFormat, color: UInt32, softOnly: Bool = false) {
         let backgroundAlpha = Int((color >> 24) & 0xFF)
         let backgroundRGB = (Int((color >> 16) & 0xFF), Int((color >> 8) & 0xFF), Int(color & 0xFF))
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
@@ -62,7 +110,7 @@ struct Compositor {
                 let source = frame.base + y * frame.stride
                 let matte = alpha.base + y * alpha.stride
                 let out = output + y * outputStride
-                for x in 0..<frame.width {
+                for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
                     let s = source + 4 * x, o = out + 4 * x
                     let a = UInt32(matte[x]), inverse = 255 - a
                     o[first] = UInt8((UInt32(s[0]) * a + UInt32(backgroundRGB.2) * inverse + 127) / 255)
@@ -77,7 +125,7 @@ struct Compositor {
             let source = frame.base + y * frame.stride
             let matte = alpha.base + y * alpha.stride
             let out = output + y * outputStride
-            for x in 0..<frame.width {
+            for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
                 let s = source + 4 * x, o = out + 4 * x
                 let a = Int(matte[x])
                 // Porter-Duff "over" in straight alpha, 8-bit fixed point.
@@ -101,14 +149,15 @@ struct Compositor {
 
     /// The frame over an opaque BGRA image of the same size.
     static func flatten(frame: BGRAImage, over under: BGRAImage, alpha: GrayImage,
-                        output: UnsafeMutablePointer<UInt8>, outputStride: Int, format: CompositeFormat) {
+                        output: UnsafeMutablePointer<UInt8>, outputStride: Int, format: CompositeFormat,
+                        softOnly: Bool = false) {
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
         for y in 0..<frame.height {
             let source = frame.base + y * frame.stride
             let back = under.base + y * under.stride
             let matte = alpha.base + y * alpha.stride
             let out = output + y * outputStride
-            for x in 0..<frame.width {
+            for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
                 let s = source + 4 * x, b = back + 4 * x, o = out + 4 * x
                 let a = UInt32(matte[x]), inverse = 255 - a
                 o[first] = UInt8((UInt32(s[0]) * a + UInt32(b[0]) * inverse + 127) / 255)
