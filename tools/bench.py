@@ -275,12 +275,14 @@ def labelled_mask(person: np.ndarray, people: int) -> np.ndarray:
 
 
 def run_element(args, width: int, height: int, count: int, mask: Path, precision: str,
-                alpha_out: Path) -> tuple[list[dict], float, int]:
-    element = element_description(args, width, height, mask, precision, 1)
+                alpha_out: Path, composite: str = "") -> tuple[list[dict], float, int]:
+    """`composite`: extra element properties for a BGRA composite output (else GRAY8 alpha)."""
+    element = element_description(args, width, height, mask, precision, 1) + (f" {composite}" if composite else "")
+    output = "video/x-raw,format=BGRA ! fakesink" if composite else f"video/x-raw,format=GRAY8 ! filesink location={alpha_out}"
     in_width, in_height = args.input_width, args.input_height
     pipeline = (f"filesrc location={args.clip} ! decodebin ! videoconvert ! videoscale "
                 f"! video/x-raw,format=BGRA,width={in_width},height={in_height} ! identity eos-after={count + 1} "
-                f"! {element} ! video/x-raw,format=GRAY8 ! filesink location={alpha_out}")
+                f"! {element} ! {output}")
     # Peak RSS from the process's own high-water mark, read while it runs: getrusage(RUSAGE_CHILDREN)
     # would also count the moment between fork and exec, when the child is a copy of this Python
     # process with PyTorch loaded.
@@ -425,6 +427,9 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="fp32", choices=["fp32"] + list(REDUCED_PRECISIONS),
                         help="MatAnyone2 model set; int8 and fp16 also report their deviation from fp32")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
+    parser.add_argument("--composite", action="store_true",
+                        help="also time background=color composites with edge-colors=estimated and original: "
+                             "the cost of the halo-free edge colours per frame")
     parser.add_argument("--people", type=int, default=1,
                         help="MatAnyone2: track this many people (the clip's dancer plus stand-ins); "
                              "prints each person's own time, i.e. the cost of an extra person")
@@ -510,6 +515,14 @@ def main(argv=None) -> int:
     floor_ms = gmac * 2 / peak * 1000 if gmac else None
 
     precision_dev = precision_deviation(args, width, height, count, mask, alpha, work)
+    composite_ms = {}
+    if args.composite:
+        for edges in ("original", "estimated"):
+            print(f"the element again, composite over a colour with edge-colors={edges} …", flush=True)
+            composite_rows, _, _ = run_element(args, width, height, count, mask, args.precision, alpha,
+                                               composite=f"background=color edge-colors={edges}")
+            kept = [r for r in composite_rows if r.get("frame", 0) > args.skip]
+            composite_ms[edges] = summary([r["postprocess-ms"] for r in kept])
 
     print()
     print(f"{'stage':38s} {'median ms':>10s} {'p95 ms':>10s}")
@@ -547,6 +560,11 @@ def main(argv=None) -> int:
             ratio = fp32_median / total_median
             speed = f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
             print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {args.precision} is {speed}")
+    if composite_ms:
+        plain, estimated = composite_ms["original"]["median"], composite_ms["estimated"]["median"]
+        print(f"composite at {args.input_width}×{args.input_height}  postprocess {plain:.1f} ms plain blending, "
+              f"{estimated:.1f} ms with estimated edge colours: +{estimated - plain:.1f} ms/frame "
+              f"({100 * (estimated - plain) / total_median:.0f} % of this engine's {total_median:.1f} ms frame)")
     if len(people_ms) > 1:
         extra = statistics.mean(s["median"] for name, s in people_ms.items() if name != "person-1")
         shared = stages.get("encoder", {}).get("median", 0)
@@ -562,7 +580,8 @@ def main(argv=None) -> int:
         "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
         "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
-        "stages_ms": stages, "fps": fps, "people": args.people, "person_ms": people_ms, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
+        "stages_ms": stages, "fps": fps, "people": args.people, "person_ms": people_ms,
+        "composite_postprocess_ms": composite_ms or None, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,
         "cpu_peak_gflops": peak,  # the peak the floor uses: the ORT MatMul's (numpy's SGEMM before)
         "ort_matmul_peak_gflops": peak, "numpy_sgemm_gflops": sgemm, "openblas_coretype": cpu["openblas_coretype"],
         "cpu_model": cpu["model"], "cpu_isa": cpu["isa"], "cpu_cores_used": cpu["cores_used"],

@@ -127,7 +127,8 @@ extension MatteFilter {
                 case let .composite(format):
                     state.compositor.composite(frame: frame, alpha: matte, output: destination.bytes,
                                                outputStride: destination.stride, format: format,
-                                               background: current.background, color: current.backgroundColor)
+                                               background: current.background, color: current.backgroundColor,
+                                               foregroundEstimation: current.edgeColors == .estimated)
                 }
             }
             state.framesProcessed += 1

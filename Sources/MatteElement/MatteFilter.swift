@@ -509,7 +509,8 @@ final class MatteFilter {
             let compositeStart = monotonicMs()
             state.compositor.composite(frame: frame, alpha: alpha, output: destination.bytes,
                                        outputStride: destination.stride, format: format,
-                                       background: current.background, color: current.backgroundColor)
+                                       background: current.background, color: current.backgroundColor,
+                                               foregroundEstimation: current.edgeColors == .estimated)
             state.report.postprocessMs += monotonicMs() - compositeStart
         }
     }

@@ -31,6 +31,19 @@ enum OutputMode: String, PropertyEnum {
     }
 }
 
+/// Which colour the composite gives the person where the matte is soft.
+enum EdgeColors: String, PropertyEnum {
+    case estimated, original
+    static let typeName = "GstMatAnyoneEdgeColors"
+    var nick: String { rawValue }
+    var blurb: String {
+        switch self {
+        case .estimated: return "The person's own colour, estimated at soft edges (no halo of the old background)"
+        case .original: return "The frame's pixel, which mixes in the old background at soft edges (plain blending)"
+        }
+    }
+}
+
 enum BackgroundMode: String, PropertyEnum {
     case none, color, blur
     static let typeName = "GstMatAnyoneBackground"
@@ -159,6 +172,8 @@ struct Settings: Equatable {
     var watchPatience: UInt32 = 3
     /// Alpha while nobody is tracked: 255 passes the frame through (as before the first seed).
     var noPersonAlpha: UInt32 = 255
+    /// Composites: estimate the person's colour at soft edges (ForegroundEstimator; README figures).
+    var edgeColors = EdgeColors.estimated
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -226,6 +241,9 @@ struct PropertyDeclaration {
     static let all: [PropertyDeclaration] = [
         .enumeration("output", "Output", "What the source pad carries: auto follows the downstream caps", \.output, .ready),
         .enumeration("background", "Background", "Background of the composite output", \.background, .playing),
+        .enumeration("edge-colors", "Edge colours",
+                     "Composites: the colour the person gets where the matte is soft (estimated: no halo of the old "
+                         + "background; original: plain blending)", \.edgeColors, .playing),
         .uint("background-color", "Background colour",
               "Colour under the person for background=color, as ARGB (0xAARRGGBB)", \.backgroundColor, 0...UInt32.max, .playing),
         .string("model-dir", "Model folder", "Folder with the model sets (segmenter/, matanyone2/, each with manifest.json)",

@@ -142,6 +142,7 @@ private func registerEnum<E: PropertyEnum>(_: E.Type) -> GType {
 private let enumTypes: [String: GType] = [
     OutputMode.typeName: registerEnum(OutputMode.self),
     BackgroundMode.typeName: registerEnum(BackgroundMode.self),
+    EdgeColors.typeName: registerEnum(EdgeColors.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),
     SeedMode.typeName: registerEnum(SeedMode.self),

@@ -60,10 +60,15 @@ import TestPaths
     @Test func compositeIsTheFrameWithTheMatte() throws {
         let input = runPipeline("\(realFrames) ! identity eos-after=3 ! appsink name=out sync=false")
         let alpha = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) ! video/x-raw,format=GRAY8 ! appsink name=out sync=false")
-        let straight = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) background=none ! video/x-raw,format=BGRA ! appsink name=out sync=false")
-        let rgba = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) background=none ! video/x-raw,format=RGBA ! appsink name=out sync=false")
-        let overBlue = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) background=color background-color=0xff0000ff ! video/x-raw,format=BGRA ! appsink name=out sync=false")
-        for run in [input, alpha, straight, rgba, overBlue] { #expect(run.error == nil && run.samples.count >= 2) }
+        // Plain blending (edge-colors=original): the frame's own pixels, exactly.
+        let plain = "\(element) edge-colors=original"
+        let straight = runPipeline("\(realFrames) ! identity eos-after=3 ! \(plain) background=none ! video/x-raw,format=BGRA ! appsink name=out sync=false")
+        let rgba = runPipeline("\(realFrames) ! identity eos-after=3 ! \(plain) background=none ! video/x-raw,format=RGBA ! appsink name=out sync=false")
+        let overBlue = runPipeline("\(realFrames) ! identity eos-after=3 ! \(plain) background=color background-color=0xff0000ff ! video/x-raw,format=BGRA ! appsink name=out sync=false")
+        // The default estimates the person's colour where the matte is soft, and only there.
+        let estimated = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) background=none ! video/x-raw,format=BGRA ! appsink name=out sync=false")
+        for run in [input, alpha, straight, rgba, overBlue, estimated] { #expect(run.error == nil && run.samples.count >= 2) }
+        let cleaned = try #require(estimated.samples.first)
         let frame = try #require(input.samples.first), matte = try #require(alpha.samples.first)
         let composite = try #require(straight.samples.first), swapped = try #require(rgba.samples.first)
         let flattened = try #require(overBlue.samples.first)
@@ -84,6 +89,15 @@ import TestPaths
             if flattened[4 * pixel + 3] != 255 { worst = 255 }
         }
         #expect(worst <= 1, "largest deviation \(worst)")
+        var softChanged = 0
+        for pixel in 0..<(512 * 288) {
+            #expect(cleaned[4 * pixel + 3] == matte[pixel])
+            let changed = (0..<3).contains { cleaned[4 * pixel + $0] != frame[4 * pixel + $0] }
+            if matte[pixel] == 255 && changed { worst = 255 }
+            if matte[pixel] > 0 && matte[pixel] < 255 && changed { softChanged += 1 }
+        }
+        #expect(worst <= 1, "an opaque pixel changed colour")
+        #expect(softChanged > 100, "edge-colors=estimated changed \(softChanged) soft pixels")
     }
 
     @Test func blurBackgroundKeepsThePersonAndSoftensTheRest() throws {
