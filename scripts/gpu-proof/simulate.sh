@@ -20,7 +20,8 @@ for arg in "$@"; do
 done
 SETS="$ROOT/build/gpu-proof/sets"
 [ -d "$SETS/1" ] || { echo "simulate.sh: no transfer sets: run scripts/gpu-proof/pack.sh first" >&2; exit 1; }
-SIM="$(mktemp -d /tmp/gpu-proof-sim.XXXXXX)"
+mkdir -p "$ROOT/build/gpu-proof"
+SIM="$(mktemp -d "$ROOT/build/gpu-proof/sim.XXXXXX")"   # inside the project's (ignored) build folder
 say() { printf '\033[1m[simulate]\033[0m %s\n' "$*"; }
 say "device stand-in: $SIM"
 mkdir -p "$SIM/repo"
