@@ -193,7 +193,9 @@ final class MatteFilter {
         parameters.topK = Int(settings.topK)
         parameters.warmup = Int(settings.warmup)
         parameters.maxPeople = Int(settings.maxPeople)
-        parameters.watch.interval = Int(settings.watchInterval)
+        // The watch judges tracks by the person segmenter: right for seed=auto (the segmenter chose the
+        // person), wrong for a mask, which may seed any object: with seed=mask it stays off.
+        parameters.watch.interval = settings.seed == .auto ? Int(settings.watchInterval) : 0
         parameters.watch.minimumIoU = Double(settings.watchIoU) / 100
         parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
         parameters.watch.patience = Int(settings.watchPatience)

@@ -288,8 +288,10 @@ struct PropertyDeclaration {
                   + "regions; seed=mask: the mask's grey levels, else its regions); the alpha is their union",
               \.maxPeople, 1...UInt32(MatAnyone2Parameters.peopleLimit), .ready),
         .uint("watch-interval", "Watch interval",
-              "MatAnyone2: every N frames the segmenter checks the track; a track that disagrees watch-patience times "
-                  + "in a row is re-seeded, one whose person left stops (0 = no watch)", \.watchInterval, 0...100_000, .ready),
+              "MatAnyone2 with seed=auto: every N frames the segmenter checks the track; a track that disagrees "
+                  + "watch-patience times in a row is re-seeded, one whose person left stops (0 = no watch; a seed mask "
+                  + "may be any object, which the person segmenter cannot judge: no watch with seed=mask)",
+              \.watchInterval, 0...100_000, .ready),
         .uint("watch-iou", "Watch IoU",
               "MatAnyone2: a track whose overlap (IoU, %) with the segmenter's person is below this disagrees",
               \.watchIoU, 0...100, .ready),

@@ -104,7 +104,7 @@ import TestPaths
     /// `matanyone-reseeded` message; the stats carry the people tracked and the watch's IoU.
     @Test func theWatchPostsReseededMessages() throws {
         let run = runPipeline(
-            "\(realFrames) ! identity eos-after=6 ! \(element) seed=mask seed-mask=\"\(mask)\" warmup=0 stats-interval=1 "
+            "\(realFrames) ! identity eos-after=6 ! \(element) seed=auto warmup=0 stats-interval=1 "
                 + "watch-interval=2 watch-iou=100 watch-patience=1 ! fakesink sync=false")
         #expect(run.error == nil)
         let reseeded = run.elementMessages.filter { $0["name"] == "matanyone-reseeded" }
@@ -113,10 +113,13 @@ import TestPaths
         let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
         #expect(stats.allSatisfy { $0["people"] == "1" })
         #expect(stats.contains { Double($0["watch-iou"] ?? "").map { (0...1).contains($0) } ?? false })
-        // The same run with the watch off: no message.
-        let quiet = runPipeline("\(realFrames) ! identity eos-after=6 ! \(element) seed=mask seed-mask=\"\(mask)\" warmup=0 "
-                                + "watch-interval=0 ! fakesink sync=false")
+        // The same run with the watch off, and with a seed mask (any object: the watch does not judge it).
+        let quiet = runPipeline("\(realFrames) ! identity eos-after=6 ! \(element) seed=auto warmup=0 "
+                                + "watch-interval=0 watch-iou=100 watch-patience=1 ! fakesink sync=false")
         #expect(!quiet.elementMessages.contains { $0["name"] == "matanyone-reseeded" })
+        let masked = runPipeline("\(realFrames) ! identity eos-after=6 ! \(element) seed=mask seed-mask=\"\(mask)\" warmup=0 "
+                                 + "watch-interval=2 watch-iou=100 watch-patience=1 ! fakesink sync=false")
+        #expect(masked.error == nil && !masked.elementMessages.contains { $0["name"] == "matanyone-reseeded" })
     }
 
     /// Two people by grey level in the seed mask: stats list both with their own times.
