@@ -11,6 +11,10 @@ struct LatencyTracker {
     let settled: Int
     /// The value last handed to the pipeline (ms); 0 before the first answer.
     private(set) var reportedMs = 0.0
+    /// A LATENCY message is out and its query has not come back: one is enough. Telling the pipeline
+    /// again on every frame until it asks floods the bus (one message a frame at hundreds of frames a
+    /// second, each a latency recalculation; seen hiding an EOS behind 16 000 of them).
+    private var awaitingAnswer = false
 
     init(window: Int = 64, percentile: Double = 0.95, driftRatio: Double = 0.25) {
         samples = [Double](repeating: 0, count: window)
@@ -23,6 +27,7 @@ struct LatencyTracker {
         next = 0
         filled = 0
         reportedMs = 0
+        awaitingAnswer = false
     }
 
     /// Adds one frame's processing time; returns true when the pipeline should be told. An
@@ -33,10 +38,12 @@ struct LatencyTracker {
         samples[next] = ms
         next = (next + 1) % samples.count
         filled = min(filled + 1, samples.count)
-        guard reportedMs > 0 else { return false }
+        guard reportedMs > 0, !awaitingAnswer else { return false }
         let current = currentMs
-        if current > (1 + underestimateRatio) * reportedMs { return true }
-        return filled >= settled && abs(current - reportedMs) > driftRatio * reportedMs
+        let drifted = current > (1 + underestimateRatio) * reportedMs
+            || (filled >= settled && abs(current - reportedMs) > driftRatio * reportedMs)
+        if drifted { awaitingAnswer = true }
+        return drifted
     }
 
     let underestimateRatio = 0.1
@@ -59,6 +66,7 @@ struct LatencyTracker {
     mutating func answer(fallbackMs: Double) -> Double {
         let value = expectedMs(fallbackMs: fallbackMs)
         reportedMs = value
+        awaitingAnswer = false
         return value
     }
 }

@@ -100,4 +100,16 @@ struct PixelLogicTests {
         for _ in 0..<16 { reported = tracker.add(10) || reported }
         #expect(reported)
     }
+
+    /// One LATENCY message until the pipeline asks again: not one per frame while the drift lasts.
+    @Test func latencyTrackerTellsOnceUntilAnswered() {
+        var tracker = LatencyTracker(window: 16)
+        for _ in 0..<16 { _ = tracker.add(10) }
+        _ = tracker.answer(fallbackMs: 0)
+        let told = (0..<100).filter { _ in tracker.add(50) }.count
+        #expect(told == 1)
+        _ = tracker.answer(fallbackMs: 0)
+        #expect(tracker.reportedMs == 50)
+        #expect((0..<16).contains { _ in tracker.add(5) }, "a new drift after the answer is told again")
+    }
 }
