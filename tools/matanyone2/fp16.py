@@ -483,7 +483,8 @@ def convert_set(src: Path, out: Path, clip: Path | None = None, mask: Path | Non
             'fp32_ops': sorted(FP32_OPS), 'fp32_nodes': {k: v for k, v in kept.items() if v},
             'fp32_source': manifest.get('weights'),
         }
-        (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
+        quantize.write_manifest(staged, manifest)
+        dev = None
         if check_frames:
             frames, seed = quantize.load_frames(clip, mask, width, height, check_frames, tmp)
             log(f'measuring the deviation from fp32 on {check_frames} frames of {clip.name} at {width}x{height}')
@@ -493,15 +494,7 @@ def convert_set(src: Path, out: Path, clip: Path | None = None, mask: Path | Non
                                 '65504?); keep more of the network fp32')
             dev['clip'] = clip.name
             dev['size'] = [width, height]
-            manifest['fp16']['deviation'] = dev
-            (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
-            log(f'deviation from fp32 on {dev["frames"]} frames: mean |Δα| {dev["mean_abs"]:.5f}, '
-                f'p99 {dev["p99_abs"]:.5f}, max {dev["max_abs"]:.5f}, IoU@0.5 {dev["iou_at_0.5"]:.4f}')
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(staged, out)
-    log(f'wrote {out} ({time.perf_counter() - started:.0f} s in all)')
+        quantize.publish_set(staged, out, manifest, 'fp16', dev, started, log, digits=5)
     return manifest
 
 
@@ -517,10 +510,7 @@ def main(argv=None) -> int:
     p.add_argument('--check-frames', type=int, default=12,
                    help='frames the deviation from fp32 is measured on (0: no measurement)')
     a = p.parse_args(argv)
-    try:
-        width, height = (int(v) for v in a.size.lower().split('x'))
-    except ValueError:
-        p.error(f'--size {a.size!r}: expected WxH, e.g. 512x288')
+    width, height = quantize.parse_size(p, a.size)
     if a.check_frames < 0:
         p.error('--check-frames must be >= 0')
     out = a.out or a.src.resolve().parent / 'matanyone2-fp16'

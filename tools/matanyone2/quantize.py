@@ -169,6 +169,39 @@ def deviation(fp32: Path, int8: Path, frames: np.ndarray, mask: np.ndarray) -> d
     return {'frames': int(len(frames)), **media.alpha_deviation(b, a)}
 
 
+# ============================================================================================
+# what quantize.py and fp16.py share: writing out a derived set
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    (folder / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
+
+
+def publish_set(staged: Path, out: Path, manifest: dict, key: str, dev: dict | None, started: float,
+                log=print, frames_label: str = 'frames', digits: int = 4) -> None:
+    """The end of making a derived set (int8, fp16) in the folder `staged`: its deviation from fp32
+    (None: not measured) goes into manifest[key]['deviation'] and the staged manifest and is logged;
+    then `out` is replaced by a copy of the staged set."""
+    if dev is not None:
+        manifest[key]['deviation'] = dev
+        write_manifest(staged, manifest)
+        log(f'deviation from fp32 on {dev["frames"]} {frames_label}: mean |Δα| {dev["mean_abs"]:.{digits}f}, '
+            f'p99 {dev["p99_abs"]:.{digits}f}, max {dev["max_abs"]:.{digits}f}, IoU@0.5 {dev["iou_at_0.5"]:.4f}')
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(staged, out)
+    log(f'wrote {out} ({time.perf_counter() - started:.0f} s in all)')
+
+
+def parse_size(parser: argparse.ArgumentParser, text: str) -> tuple[int, int]:
+    """--size WxH -> (width, height); a parser error otherwise."""
+    try:
+        width, height = (int(v) for v in text.lower().split('x'))
+    except ValueError:
+        parser.error(f'--size {text!r}: expected WxH, e.g. 512x288')
+    return width, height
+
+
 def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | None = None,
                  size=(512, 288), calib_frames: int = 12, check_frames: int = 12,
                  models=QUANTIZED, log=print) -> dict:
@@ -213,20 +246,12 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
                             'mask': mask.name if mask else 'selfie segmenter, first frame with a person'},
             'fp32_source': manifest.get('weights'),
         }
-        (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
+        write_manifest(staged, manifest)
         # the check uses the next frames, seeded from the fp32 matte of the last calibration frame
         check = frames[calib_frames:]
         seed_check = (calib_alphas[-1] > 0.5).astype(np.uint8) * 255
         dev = deviation(src, staged, check, seed_check)
-        manifest['int8']['deviation'] = dev
-        (staged / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
-        log(f'deviation from fp32 on {dev["frames"]} held-out frames: mean |Δα| {dev["mean_abs"]:.4f}, '
-            f'p99 {dev["p99_abs"]:.4f}, max {dev["max_abs"]:.4f}, IoU@0.5 {dev["iou_at_0.5"]:.4f}')
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(staged, out)
-    log(f'wrote {out} ({time.perf_counter() - started:.0f} s in all)')
+        publish_set(staged, out, manifest, 'int8', dev, started, log, frames_label='held-out frames')
     return manifest
 
 
@@ -245,10 +270,7 @@ def main(argv=None) -> int:
     p.add_argument('--models', default=','.join(QUANTIZED),
                    help='models to quantize, comma-separated (the rest stay fp32)')
     a = p.parse_args(argv)
-    try:
-        width, height = (int(v) for v in a.size.lower().split('x'))
-    except ValueError:
-        p.error(f'--size {a.size!r}: expected WxH, e.g. 512x288')
+    width, height = parse_size(p, a.size)
     if a.calib_frames < 2 or a.check_frames < 1:
         p.error('--calib-frames must be >= 2 and --check-frames >= 1')
     out = a.out or a.src.resolve().parent / 'matanyone2-int8'
