@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -474,9 +473,7 @@ def convert_set(src: Path, out: Path, clip: Path | None = None, mask: Path | Non
             share = weight_fractions(staged / info['file'])['fp16']
             log(f'converted {name} in {time.perf_counter() - t0:.1f} s: {100 * share:.1f} % of the weights '
                 f'fp16, {len(kept[name])} nodes kept fp32 by name')
-        for extra in ('LICENSE.txt',):
-            if (src / extra).is_file():
-                shutil.copyfile(src / extra, staged / extra)
+        quantize.copy_notices(src, staged, manifest)
         manifest['precision'] = 'fp16'
         manifest['fp16'] = {
             'converter': CONVERTER, 'io': 'float32 (keep_io_types)',

@@ -11,7 +11,9 @@ convolutions (weights int8 per output channel, activations uint8 per tensor, min
 The small models (uncert, memframe) and the attention inside readout stay fp32: they cost little and
 carry the memory state.
 
-The result is a complete model set (manifest, same file names), by default `matanyone2-int8/` beside
+--src must be the fp32 set: an fp16 set (manifest "precision": "fp16") is refused, since calibration
+and the deviation check are measured against the source. The result is a complete model set (manifest,
+same file names, the source's LICENSE/NOTICE files), by default `matanyone2-int8/` beside
 the fp32 set, which the element runs with `precision=int8`. Its deviation from fp32 is measured on the next --check-frames frames (not used for
 calibration) and written to the manifest as `int8.deviation`; fp32 stays the default.
 
@@ -41,6 +43,7 @@ QUANTIZED = ('encoder', 'readout', 'maskencoder')
 SAMPLES_PER_MODEL = 12  # calls kept per model (spread over the calibration frames)
 MIN_SEED_COVERAGE = 0.005  # as the element: the share of person pixels that seeds
 PERSON_SEARCH_FRAMES = 150  # without --mask, how far into the clip to look for a person
+NOTICE_PREFIXES = ('LICENSE', 'LICENCE', 'NOTICE', 'COPYING')  # files a derived set copies (copy_notices)
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get('MATANYONE_SHARED', ROOT.parent / 'shared'))
 DEMO_CLIP = Path('/usr/share/doc/opencv-doc/examples/data/Megamind.avi')
@@ -172,6 +175,34 @@ def deviation(fp32: Path, int8: Path, frames: np.ndarray, mask: np.ndarray) -> d
 # ============================================================================================
 # what quantize.py and fp16.py share: writing out a derived set
 
+def copy_notices(src: Path, staged: Path, manifest: dict) -> list[str]:
+    """Copies the source set's licence and notice files into the staged set (a derived set stays
+    under the licence of the weights it was made from): the file the manifest names as
+    "license_file" and every file whose name starts with LICENSE, LICENCE, NOTICE or COPYING
+    (any case). Returns their names."""
+    names = {p.name for p in src.iterdir() if p.is_file() and p.name.upper().startswith(NOTICE_PREFIXES)}
+    if manifest.get('license_file') and (src / manifest['license_file']).is_file():
+        names.add(manifest['license_file'])
+    for name in sorted(names):
+        (staged / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / name, staged / name)
+    return sorted(names)
+
+
+def fp32_source_hint(src: Path, manifest: dict, precision: str) -> str:
+    """Where the fp32 set a derived set was made from is likely to be: `matanyone2` beside it when
+    that folder holds the fp32 set of the same weights, else the weights' name."""
+    weights = (manifest.get(precision) or {}).get('fp32_source') or manifest.get('weights')
+    candidate = src.resolve().parent / 'matanyone2'
+    try:
+        fp32 = json.loads((candidate / 'manifest.json').read_text())
+        if fp32.get('precision', 'fp32') == 'fp32' and 'int8' not in fp32 and fp32.get('weights') == weights:
+            return f'--src {candidate}'
+    except (OSError, ValueError):
+        pass
+    return f"the fp32 set of the weights '{weights}' it was made from"
+
+
 def write_manifest(folder: Path, manifest: dict) -> None:
     (folder / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
 
@@ -210,6 +241,10 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
         raise QuantizeError(f'{src}: not a MatAnyone2 model set')
     if 'int8' in manifest:
         raise QuantizeError(f'{src}: already an int8 set')
+    precision = manifest.get('precision', 'fp32')
+    if precision != 'fp32':  # the calibration and the deviation are measured against this set
+        raise QuantizeError(f'{src}: not an fp32 set (its manifest says "precision": "{precision}"); int8 is '
+                            f'made from the fp32 set: {fp32_source_hint(src, manifest, precision)}')
     unknown = set(models) - set(manifest['models'])
     if unknown:
         raise QuantizeError(f'unknown model(s) {sorted(unknown)}; the set has {sorted(manifest["models"])}')
@@ -239,6 +274,7 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
             else:
                 shutil.copyfile(src / info['file'], staged / info['file'])
             info['sha256'] = sha256_file(staged / info['file'])
+        copy_notices(src, staged, manifest)
         manifest['int8'] = {
             'format': 'QDQ', 'quantized': [m for m in manifest['models'] if m in models], 'ops': ['Conv'],
             'weights': 'int8 per channel (reduce_range)', 'activations': 'uint8 per tensor, MinMax',

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -111,3 +112,68 @@ def test_segmenter_seeding_skips_frames_without_a_person(m2_inputs):
 def test_spread_picks_evenly():
     assert quantize.spread(list(range(10)), 4) == [0, 3, 6, 9]
     assert quantize.spread([1, 2], 5) == [1, 2]
+
+
+def _fake_set(folder: Path, **fields) -> Path:
+    folder.mkdir(parents=True)
+    manifest = {'format': 1, 'engine': 'matanyone2', 'weights': 'random-init seed 0', 'models': {}, **fields}
+    (folder / 'manifest.json').write_text(json.dumps(manifest))
+    return folder
+
+
+def test_refuses_an_fp16_source_and_names_the_fp32_set(tmp_path):
+    """Calibration and the deviation check measure against the source, so it must be fp32 (a
+    manifest without "precision" is fp32). The clip does not exist: a source that got past the
+    check would fail on it, not on its precision."""
+    fp32 = _fake_set(tmp_path / 'matanyone2')
+    fp16 = _fake_set(tmp_path / 'matanyone2-fp16', precision='fp16',
+                     fp16={'fp32_source': 'random-init seed 0'})
+    with pytest.raises(quantize.QuantizeError, match=r'not an fp32 set .*"fp16".*--src ' + re.escape(str(fp32.resolve()))):
+        quantize.quantize_set(fp16, tmp_path / 'x', clip=tmp_path / 'none.mp4')
+    # no fp32 set of the same weights beside it: the message names the weights
+    other = _fake_set(tmp_path / 'elsewhere' / 'matanyone2-fp16', precision='fp16',
+                      fp16={'fp32_source': 'checkpoint sha256 abc'})
+    with pytest.raises(quantize.QuantizeError, match="fp32 set of the weights 'checkpoint sha256 abc'"):
+        quantize.quantize_set(other, tmp_path / 'y', clip=tmp_path / 'none.mp4')
+    for explicit in ('fp32', None):  # an fp32 source gets past the check (to the missing clip)
+        fields = {'precision': explicit} if explicit else {}
+        src = _fake_set(tmp_path / f'fp32-{explicit}', **fields)
+        with pytest.raises(quantize.QuantizeError, match='no such file'):
+            quantize.quantize_set(src, tmp_path / 'z', clip=tmp_path / 'none.mp4', models=[])
+    r = run_module('tools.matanyone2.quantize', '--src', str(fp16), '--out', str(tmp_path / 'w'))
+    assert r.returncode == 1 and 'not an fp32 set' in r.stderr and str(fp32.resolve()) in r.stderr
+    assert not (tmp_path / 'w').exists()
+
+
+def test_int8_set_keeps_the_licence_files(m2_models, m2_inputs, tmp_path):
+    """A set made from licensed weights carries their LICENSE.txt (export.py writes it for a
+    checkpoint) and any other notice file into the int8 set. Small size, one quantized model:
+    the set's assembly is what is checked."""
+    import shutil
+    src = tmp_path / 'matanyone2'
+    shutil.copytree(m2_models, src)
+    manifest = json.loads((src / 'manifest.json').read_text())
+    manifest['license_file'] = 'LICENSE.txt'
+    (src / 'manifest.json').write_text(json.dumps(manifest))
+    (src / 'LICENSE.txt').write_text('the weights\' licence\n')
+    (src / 'NOTICE').write_text('a notice\n')
+    (src / 'README.txt').write_text('not a licence\n')
+    out = tmp_path / 'matanyone2-int8'
+    quantize.quantize_set(src, out, clip=quantize.default_clip()[0], mask=m2_inputs[3], size=(128, 64),
+                          calib_frames=2, check_frames=1, models=['maskencoder'], log=lambda _: None)
+    assert (out / 'LICENSE.txt').read_text() == 'the weights\' licence\n'
+    assert (out / 'NOTICE').read_text() == 'a notice\n'
+    assert not (out / 'README.txt').exists()
+    int8 = json.loads((out / 'manifest.json').read_text())
+    assert int8['license_file'] == 'LICENSE.txt' and int8['int8']['quantized'] == ['maskencoder']
+
+
+def test_copy_notices_takes_the_named_licence_file_too(tmp_path):
+    src, dst = tmp_path / 'src', tmp_path / 'dst'
+    src.mkdir()
+    dst.mkdir()
+    for name in ('terms.txt', 'licence.md', 'COPYING', 'encoder.onnx', 'manifest.json'):
+        (src / name).write_text(name)
+    assert quantize.copy_notices(src, dst, {'license_file': 'terms.txt'}) == ['COPYING', 'licence.md', 'terms.txt']
+    assert sorted(p.name for p in dst.iterdir()) == ['COPYING', 'licence.md', 'terms.txt']
+    assert quantize.copy_notices(src, tmp_path, {}) == ['COPYING', 'licence.md']
