@@ -59,9 +59,8 @@ final class MatAnyone2Core {
     private let calls: Calls
     /// Where the frame goes (RGB planes, see `imageOrigin`).
     var image: Tensor { tensors.image }
-    private let bank: MemoryBank
-    /// The memory read as an ONNX graph on the models' provider (GPUs); nil: `MemoryBank.read` (BLAS).
-    private let readoutGraph: MemoryReadoutGraph?
+    /// Where the glue keeps its state and does its arithmetic.
+    private let glue: Glue
     private let staggerTimes: Set<Int>
 
     // Upstream's curr_ti / last_mem_ti.
@@ -86,10 +85,10 @@ final class MatAnyone2Core {
         let manifestPath: String
         let runtime: OnnxRuntime
         let height: Int, width: Int
-        /// When set, tensors made `onDevice` live in memory this session's provider allocates.
+        /// When set, tensors made `onDevice` (all but the frame) live in memory this session's provider allocates.
         var deviceSession: Session?
 
-        func callAsFunction(_ model: Model, _ port: String, output: Bool = false, onDevice: Bool = false) throws -> Tensor {
+        func callAsFunction(_ model: Model, _ port: String, output: Bool = false, onDevice: Bool = true) throws -> Tensor {
             let ports = output ? manifest.models[model.rawValue]?.outputs : manifest.models[model.rawValue]?.inputs
             guard let spec = ports?.first(where: { $0.name == port }) else {
                 throw EngineError.modelInvalid(path: manifestPath, detail: "lists no \(output ? "output" : "input") "
@@ -108,7 +107,7 @@ final class MatAnyone2Core {
     }
 
     init(manifest: ModelManifest, manifestPath: String, sessions: [String: Session], width: Int, height: Int,
-         parameters: MatAnyone2Parameters, readoutGraph: MemoryReadoutGraph? = nil, featuresOnDevice: Bool = false,
+         parameters: MatAnyone2Parameters, deviceGraphs: DeviceGraphs? = nil,
          sharingEncoderWith primary: MatAnyone2Core? = nil) throws {
         try parameters.validate()
         self.parameters = parameters
@@ -120,7 +119,7 @@ final class MatAnyone2Core {
         gridTokens = (paddedHeight / 16) * (paddedWidth / 16)
         let make = TensorMaker(manifest: manifest, manifestPath: manifestPath, runtime: sessions[Model.encoder.rawValue]!.runtime,
                                height: paddedHeight, width: paddedWidth,
-                               deviceSession: featuresOnDevice ? sessions[Model.encoder.rawValue] : nil)
+                               deviceSession: deviceGraphs == nil ? nil : sessions[Model.encoder.rawValue])
         if let primary, primary.paddedWidth != paddedWidth || primary.paddedHeight != paddedHeight {
             throw EngineError.badSettings(detail: "cores sharing an encoder must have the same working size")
         }
@@ -131,11 +130,17 @@ final class MatAnyone2Core {
             throw EngineError.modelInvalid(path: manifestPath, detail: "the key and value shapes \(tensors.key.shape), "
                                            + "\(tensors.lastMaskValue.shape) are not channels × the stride-16 grid. Re-export the model set.")
         }
-        bank = try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: gridTokens, maxFrames: parameters.maxMemFrames)
-        if let readoutGraph, readoutGraph.keyDim != keyDim || readoutGraph.valueDim != valueDim {
-            throw EngineError.modelInvalid(path: manifestPath, detail: "the memory readout graph was built for other key/value widths")
+        if let deviceGraphs {
+            if deviceGraphs.read.keyDim != keyDim || deviceGraphs.read.valueDim != valueDim {
+                throw EngineError.modelInvalid(path: manifestPath, detail: "the memory readout graph was built for other key/value widths")
+            }
+            glue = .device(try DeviceGlue(graphs: deviceGraphs, session: sessions[Model.encoder.rawValue]!, runtime: make.runtime,
+                                          alphaShape: tensors.lastAlpha.shape, sensoryShape: tensors.sensory.shape,
+                                          objectMemoryShape: tensors.objectMemory.shape, uncertaintyShape: tensors.uncertainty.shape,
+                                          tokens: gridTokens, maxFrames: parameters.maxMemFrames))
+        } else {
+            glue = .host(try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: gridTokens, maxFrames: parameters.maxMemFrames))
         }
-        self.readoutGraph = readoutGraph
         calls = try Calls(sessions: sessions, tensors)
         self.tensors = tensors
         staggerTimes = MatAnyone2Core.staggerTimes(memEvery: parameters.memEvery, staggerUpdates: parameters.staggerUpdates)
@@ -151,10 +156,20 @@ final class MatAnyone2Core {
         })
     }
 
-    var memoryFrames: Int { bank.frames }
-    /// Whether the multi-scale features live in the provider's memory (see `Tensors`).
-    var featuresOnDevice: Bool { [tensors.f8, tensors.f4, tensors.f2, tensors.f1].allSatisfy(\.isOnDevice) }
-    var keyDim: Int { bank.keyDim }
+    var memoryFrames: Int {
+        switch glue {
+        case let .host(bank): return bank.frames
+        case let .device(device): return device.bank.frames
+        }
+    }
+    /// Whether the models' tensors live in the provider's memory (see `Tensors`).
+    var onDevice: Bool { tensors.key.isOnDevice }
+    var keyDim: Int { tensors.key.shape[1] }
+    /// The host tensors the models read or write (with data on the device: the frame alone).
+    var hostTensorsBoundToModels: Set<String> {
+        Set(calls.all.flatMap { $0.inputs + $0.outputs }.filter { !$0.isOnDevice }.map(\.name))
+    }
+    var valueDim: Int { tensors.lastMaskValue.shape[1] }
 
     /// The last alpha as a person mask (alpha > 0.5), `width`×`height`.
     func personMask() -> [Bool] {
@@ -168,12 +183,17 @@ final class MatAnyone2Core {
 
     /// MatAnyone2's uncertainty (uncert_prob) of the last ordinary frame, averaged over the grid cells
     /// whose centre lies on the person (all cells when none does).
-    func meanUncertainty(over person: [Bool]) -> Double {
+    func meanUncertainty(over person: [Bool]) throws -> Double {
         let columns = paddedWidth / 16, rows = paddedHeight / 16
+        var uncertainty = tensors.uncertainty
+        if case let .device(device) = glue {
+            try device.graphs.copy([(from: tensors.uncertainty, to: device.uncertaintyDownloaded)])
+            uncertainty = device.uncertaintyDownloaded
+        }
         var onPerson = 0.0, count = 0, everywhere = 0.0
         for row in 0..<rows {
             for column in 0..<columns {
-                let p = Double(tensors.uncertainty.data[row * columns + column])
+                let p = Double(uncertainty.data[row * columns + column])
                 everywhere += p
                 let y = row * 16 + 8 - padTop, x = column * 16 + 8 - padLeft
                 if y >= 0, y < height, x >= 0, x < width, person[y * width + x] {
@@ -184,10 +204,15 @@ final class MatAnyone2Core {
         }
         return count > 0 ? onPerson / Double(count) : everywhere / Double(max(rows * columns, 1))
     }
-    var valueDim: Int { bank.valueDim }
-
     /// The unpadded alpha of the last frame: `height` rows of `width`, `paddedWidth` apart.
-    var alpha: UnsafePointer<Float> { UnsafePointer(tensors.lastAlpha.data + padTop * paddedWidth + padLeft) }
+    var alpha: UnsafePointer<Float> {
+        let padded: Tensor
+        switch glue {
+        case .host: padded = tensors.lastAlpha
+        case let .device(device): padded = device.alphaDownloaded
+        }
+        return UnsafePointer(padded.data + padTop * paddedWidth + padLeft)
+    }
 
     /// Where to write the frame: RGB planes in [0, 1], `paddedWidth` per row, padding left at zero.
     var imageOrigin: UnsafeMutablePointer<Float> { image.data + padTop * paddedWidth + padLeft }
@@ -198,7 +223,10 @@ final class MatAnyone2Core {
         lastMemoryT = 0
         hasObjectMemory = false
         started = false
-        bank.clear()
+        switch glue {
+        case let .host(bank): bank.clear()
+        case let .device(device): device.bank.clear()
+        }
     }
 
     private func run(_ binding: Binding, _ model: Model) throws {
@@ -214,13 +242,25 @@ final class MatAnyone2Core {
         reset()
         t = 0
         if !encoded { try encode() }  // frame 0's encoding is reused by every pass below
-        tensors.lastAlpha.fill(0)
+        // The seed goes into the alpha (on a device by way of its host copy, the one upload of a seed).
+        let seedAlpha: Tensor
+        switch glue {
+        case .host: seedAlpha = tensors.lastAlpha
+        case let .device(device): seedAlpha = device.alphaDownloaded
+        }
+        seedAlpha.fill(0)
         for y in 0..<height {
-            let row = tensors.lastAlpha.data + (padTop + y) * paddedWidth + padLeft
+            let row = seedAlpha.data + (padTop + y) * paddedWidth + padLeft
             for x in 0..<width { row[x] = seed[y * width + x] }
         }
-        tensors.sensory.fill(0)
-        tensors.lastPixFeat.copy(from: tensors.pixFeat)
+        switch glue {
+        case .host:
+            tensors.sensory.fill(0)
+            tensors.lastPixFeat.copy(from: tensors.pixFeat)
+        case let .device(device):
+            try device.graphs.copy([(from: seedAlpha, to: tensors.lastAlpha), (from: device.zeroSensory, to: tensors.sensory),
+                                    (from: tensors.pixFeat, to: tensors.lastPixFeat)])
+        }
         try memorize()
         for _ in 0...(warmupPasses ?? parameters.warmup) { try firstFramePass() }
         started = true
@@ -233,27 +273,56 @@ final class MatAnyone2Core {
         lastMemoryT = 0
         try run(calls.readoutFirstFrame, .readout)
         try run(calls.decode, .decoder)
-        tensors.sensory.copy(from: tensors.decodedSensory)
-        tensors.lastAlpha.copy(from: tensors.decodedAlpha)
-        tensors.lastPixFeat.copy(from: tensors.pixFeat)
-        bank.clear()
+        try commitDecoded(updatingSensory: true)
+        switch glue {
+        case let .host(bank): bank.clear()
+        case let .device(device): device.bank.clear()
+        }
         hasObjectMemory = false
         try memorize()
+    }
+
+    /// The decoder's alpha (and sensory state, when kept) become the current ones, this frame's pixel
+    /// features the last ones; on a device the alpha also comes down to host memory, once a frame.
+    private func commitDecoded(updatingSensory: Bool) throws {
+        switch glue {
+        case .host:
+            if updatingSensory { tensors.sensory.copy(from: tensors.decodedSensory) }
+            tensors.lastAlpha.copy(from: tensors.decodedAlpha)
+            tensors.lastPixFeat.copy(from: tensors.pixFeat)
+        case let .device(device):
+            var pairs = [(from: tensors.decodedAlpha, to: tensors.lastAlpha), (from: tensors.decodedAlpha, to: device.alphaDownloaded),
+                         (from: tensors.pixFeat, to: tensors.lastPixFeat)]
+            if updatingSensory { pairs.append((from: tensors.decodedSensory, to: tensors.sensory)) }
+            try device.graphs.copy(pairs)
+        }
     }
 
     /// Upstream `_add_memory(..., is_deep_update=True)` for the current frame with `lastAlpha`.
     private func memorize() throws {
         try run(calls.encodeMask, .maskencoder)     // → lastMaskValue
         try run(calls.memorizeFrame, .memframe)     // deep sensory update + object summary
-        if hasObjectMemory {
-            for index in 0..<tensors.objectMemory.count { tensors.objectMemory.data[index] += tensors.objectSummary.data[index] }
-        } else {
-            tensors.objectMemory.copy(from: tensors.objectSummary)
-            hasObjectMemory = true
+        switch glue {
+        case let .host(bank):
+            if hasObjectMemory {
+                for index in 0..<tensors.objectMemory.count { tensors.objectMemory.data[index] += tensors.objectSummary.data[index] }
+            } else {
+                tensors.objectMemory.copy(from: tensors.objectSummary)
+            }
+            bank.add(key: tensors.key.data, shrinkage: tensors.shrinkage.data, value: tensors.lastMaskValue.data)
+            tensors.sensory.copy(from: tensors.memoryFrameSensory)
+        case let .device(device):
+            // A graph cannot write into its own input: the sum goes by way of `objectMemorySum`.
+            var summary = tensors.objectSummary
+            if hasObjectMemory {
+                try device.graphs.add(tensors.objectMemory, tensors.objectSummary, into: device.objectMemorySum)
+                summary = device.objectMemorySum
+            }
+            try device.graphs.copy([(from: summary, to: tensors.objectMemory), (from: tensors.memoryFrameSensory, to: tensors.sensory)])
+            try device.bank.add(key: tensors.key, shrinkage: tensors.shrinkage, value: tensors.lastMaskValue)
         }
-        bank.add(key: tensors.key.data, shrinkage: tensors.shrinkage.data, value: tensors.lastMaskValue.data)
+        hasObjectMemory = true
         lastMemoryT = t
-        tensors.sensory.copy(from: tensors.memoryFrameSensory)
     }
 
     /// Runs the encoder on the frame in `image` (for every core sharing this one's encoder outputs).
@@ -269,29 +338,34 @@ final class MatAnyone2Core {
         if !encoded { try encode() }
 
         let readStart = monotonicMs()
-        if let readoutGraph {
-            try readoutGraph.read(bank: bank, queryKey: tensors.key.data, selection: tensors.selection.data,
-                                  topK: parameters.topK, into: tensors.memoryReadout.data)
-        } else {
+        switch glue {
+        case let .host(bank):
             bank.read(queryKey: tensors.key.data, selection: tensors.selection.data, topK: parameters.topK, into: tensors.memoryReadout.data)
+            let readout = tensors.memoryReadout.data, last = tensors.lastMaskValue.data
+            for index in 0..<tensors.memoryReadout.count { tensors.memoryValueDifference.data[index] = readout[index] - last[index] }
+        case let .device(device):
+            try device.bank.read(queryKey: tensors.key, selection: tensors.selection, lastValue: tensors.lastMaskValue,
+                                 topK: parameters.topK, readout: tensors.memoryReadout, difference: tensors.memoryValueDifference)
         }
         memoryMs += monotonicMs() - readStart
 
-        let count = tensors.memoryReadout.count
-        let readout = tensors.memoryReadout.data, last = tensors.lastMaskValue.data
-        for index in 0..<count { tensors.memoryValueDifference.data[index] = readout[index] - last[index] }
         try run(calls.estimateUncertainty, .uncert)
         // visual = readout·p + last_mask_value·(1 − p), p broadcast over channels.
-        let tokens = gridTokens, p = tensors.uncertainty.data, visual = tensors.visualReadout.data
-        for channel in 0..<(count / tokens) {
-            let base = channel * tokens
-            for q in 0..<tokens { visual[base + q] = readout[base + q] * p[q] + last[base + q] * (1 - p[q]) }
+        switch glue {
+        case .host:
+            let readout = tensors.memoryReadout.data, last = tensors.lastMaskValue.data
+            let tokens = gridTokens, p = tensors.uncertainty.data, visual = tensors.visualReadout.data
+            for channel in 0..<(tensors.memoryReadout.count / tokens) {
+                let base = channel * tokens
+                for q in 0..<tokens { visual[base + q] = readout[base + q] * p[q] + last[base + q] * (1 - p[q]) }
+            }
+        case let .device(device):
+            try device.graphs.blend(readout: tensors.memoryReadout, last: tensors.lastMaskValue, uncertainty: tensors.uncertainty,
+                                    into: tensors.visualReadout)
         }
         try run(calls.readoutFromMemory, .readout)
         try run(calls.decode, .decoder)
-        if updateSensory { tensors.sensory.copy(from: tensors.decodedSensory) }
-        tensors.lastAlpha.copy(from: tensors.decodedAlpha)
-        tensors.lastPixFeat.copy(from: tensors.pixFeat)
+        try commitDecoded(updatingSensory: updateSensory)
         if isMemoryFrame {
             try memorize()
         } else {
@@ -320,14 +394,14 @@ private struct Tensors {
             (image, f8, f4, f2, f1) = (shared.image, shared.f8, shared.f4, shared.f2, shared.f1)
             (pixFeat, key, shrinkage, selection) = (shared.pixFeat, shared.key, shared.shrinkage, shared.selection)
         } else {
-            image = try make(.encoder, "image")
-            // The multi-scale features only pass from the encoder to the decoder and mask encoder (the glue
-            // never reads them): on a GPU they stay in its memory, the bulk of a frame's data (~370 MB
-            // at 1920×1088) never crossing the bus.
-            f8 = try make(.encoder, "f8", output: true, onDevice: true)
-            f4 = try make(.encoder, "f4", output: true, onDevice: true)
-            f2 = try make(.encoder, "f2", output: true, onDevice: true)
-            f1 = try make(.encoder, "f1", output: true, onDevice: true)
+            // With a device session, everything but the frame lives in the provider's memory, where
+            // only the models and the built-in graphs touch it: the multi-scale features (~370 MB a
+            // frame at 1920×1088, from the encoder to the decoder and mask encoder) and the state.
+            image = try make(.encoder, "image", onDevice: false)
+            f8 = try make(.encoder, "f8", output: true)
+            f4 = try make(.encoder, "f4", output: true)
+            f2 = try make(.encoder, "f2", output: true)
+            f1 = try make(.encoder, "f1", output: true)
             pixFeat = try make(.encoder, "pix_feat", output: true)
             key = try make(.encoder, "key", output: true)
             shrinkage = try make(.encoder, "shrinkage", output: true)
@@ -381,6 +455,7 @@ private struct Tensors {
 /// The seven model calls of the step schedule, each bound once to its tensors.
 private struct Calls {
     let encode, estimateUncertainty, readoutFromMemory, readoutFirstFrame, decode, encodeMask, memorizeFrame: Binding
+    var all: [Binding] { [encode, estimateUncertainty, readoutFromMemory, readoutFirstFrame, decode, encodeMask, memorizeFrame] }
 
     init(sessions: [String: Session], _ t: Tensors) throws {
         func bind(_ model: MatAnyone2Core.Model, _ inputs: [String: Tensor], _ outputs: [String: Tensor]) throws -> Binding {
@@ -401,5 +476,38 @@ private struct Calls {
         encodeMask = try bind(.maskencoder, ["f1": t.f1, "pix_feat": t.pixFeat, "mask": t.lastAlpha], ["mask_value": t.lastMaskValue])
         memorizeFrame = try bind(.memframe, ["mask_value": t.lastMaskValue, "sensory": t.sensory, "mask": t.lastAlpha],
                                  ["sensory_out": t.memoryFrameSensory, "obj_summary": t.objectSummary])
+    }
+}
+
+/// Where a core keeps its state between models and does the glue's own arithmetic.
+private enum Glue {
+    /// Host memory: Swift loops, the memory read with BLAS.
+    case host(MemoryBank)
+    /// The provider's memory: built-in graphs (DeviceGraphs) run by the models' provider.
+    case device(DeviceGlue)
+}
+
+/// A core's device-side extras: its memory bank, and the few host tensors that cross the bus.
+private final class DeviceGlue {
+    let graphs: DeviceGraphs
+    let bank: DeviceMemoryBank
+    /// The alpha in host memory: each frame's comes down here; a seed goes up from here.
+    let alphaDownloaded: Tensor
+    /// The watch's look at the uncertainty (every watch-interval frames).
+    let uncertaintyDownloaded: Tensor
+    /// Host zeros that reset the sensory state at a seed.
+    let zeroSensory: Tensor
+    /// The object memory's running sum, on the device.
+    let objectMemorySum: Tensor
+
+    init(graphs: DeviceGraphs, session: Session, runtime: OnnxRuntime, alphaShape: [Int], sensoryShape: [Int],
+         objectMemoryShape: [Int], uncertaintyShape: [Int], tokens: Int, maxFrames: Int) throws {
+        self.graphs = graphs
+        bank = try DeviceMemoryBank(keyDim: graphs.read.keyDim, valueDim: graphs.read.valueDim, tokensPerFrame: tokens,
+                                    maxFrames: maxFrames, graphs: graphs, session: session)
+        alphaDownloaded = try Tensor(runtime: runtime, shape: alphaShape, name: "alpha (host)")
+        uncertaintyDownloaded = try Tensor(runtime: runtime, shape: uncertaintyShape, name: "uncertainty (host)")
+        zeroSensory = try Tensor(runtime: runtime, shape: sensoryShape, name: "zero sensory (host)")
+        objectMemorySum = try Tensor(onDeviceOf: session, shape: objectMemoryShape, name: "object memory sum")
     }
 }

@@ -24,7 +24,8 @@ public final class MatAnyone2Engine: MattingEngine {
     private let sessions: [String: Session]
     private let memoryBudget: Int
     private let segmenter: SegmenterEngine?
-    private let readoutGraph: MemoryReadoutGraph?
+    /// The glue's graphs when data stays on the models' device (shared by every core); nil: host.
+    private let deviceGraphs: DeviceGraphs?
     /// One core per person slot at the current working size; `cores[0]` owns the encoder's tensors
     /// and encodes each frame once for all of them.
     private var cores: [MatAnyone2Core] = []
@@ -102,15 +103,18 @@ public final class MatAnyone2Engine: MattingEngine {
         // cannot use fails here, when the element starts, not at negotiation.
         let smallest = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
                                           width: 32, height: 32, parameters: parameters)
-        // On a GPU the memory read runs there too (see MemoryReadoutGraph), on the models' provider.
+        // On a GPU the glue's arithmetic and the memory read run there too (see DeviceGraphs), so
+        // that only the frame goes up and the alpha comes down.
         let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
         onDevice = options.dataPlacement == .device || (options.dataPlacement == .automatic && provider != .cpu)
         if onDevice {
             var config = options.session
-            config.provider = provider
-            readoutGraph = try MemoryReadoutGraph(runtime: runtime, keyDim: smallest.keyDim, valueDim: smallest.valueDim, config: config)
+            // TensorRT would build an engine for every shape of these tiny graphs (the bank grows frame by
+            // frame): they run on CUDA, in the same GPU memory.
+            config.provider = provider == .tensorrt ? .cuda : provider
+            deviceGraphs = try DeviceGraphs(runtime: runtime, keyDim: smallest.keyDim, valueDim: smallest.valueDim, config: config)
         } else {
-            readoutGraph = nil
+            deviceGraphs = nil
         }
         self.workingShortSide = workingShortSide
         seedSource = seed
@@ -141,11 +145,15 @@ public final class MatAnyone2Engine: MattingEngine {
 
     public var provider: ExecutionProvider { sessions["encoder"]!.provider }
     public let providerNote: String?
-    /// Whether data stays on the models' device: the decoder's multi-scale features in memory the
-    /// runtime allocates there, the memory read as an ONNX graph run there (else Swift + BLAS).
+    /// Whether data stays on the models' device: every tensor but the frame in memory the runtime
+    /// allocates there, the glue's arithmetic and the memory read as graphs run there (else Swift + BLAS).
     public let onDevice: Bool
-    /// The current working size's features are in the provider's memory (tests).
-    var featuresOnDevice: Bool { core?.featuresOnDevice ?? false }
+    /// The current working size's tensors are in the provider's memory (tests).
+    var tensorsOnDevice: Bool { core?.onDevice ?? false }
+    /// Bytes the glue moved between host and device so far (tests; 0 on the host path).
+    var glueBytesAcrossTheBus: Int { deviceGraphs?.bytesAcrossTheBus ?? 0 }
+    /// The host tensors the models of the current working size read or write (tests).
+    var hostTensorsBoundToModels: Set<String> { cores.reduce(into: Set()) { $0.formUnion($1.hostTensorsBoundToModels) } }
     public var precision: ModelPrecision { manifest.precision }
 
     public func reset() {
@@ -306,7 +314,7 @@ public final class MatAnyone2Engine: MattingEngine {
             // off them entirely is drift); with several, a track overlapping nobody has lost its person.
             let matched = best.flatMap { parameters.maxPeople == 1 || $0.iou > 0.02 ? $0 : nil }
             if let matched { claimed.insert(matched.index) }
-            let uncertainty = core.meanUncertainty(over: track)
+            let uncertainty = try core.meanUncertainty(over: track)
             worstIoU = min(worstIoU ?? 1, matched?.iou ?? 0)
             worstUncertainty = max(worstUncertainty ?? 0, uncertainty)
             switch watch.judge(track: slot, iou: matched?.iou, uncertainty: matched == nil ? nil : uncertainty) {
@@ -351,7 +359,7 @@ public final class MatAnyone2Engine: MattingEngine {
         for _ in 0..<parameters.maxPeople {
             built.append(try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
                                             width: size.width, height: size.height, parameters: parameters,
-                                            readoutGraph: readoutGraph, featuresOnDevice: onDevice, sharingEncoderWith: built.first))
+                                            deviceGraphs: deviceGraphs, sharingEncoderWith: built.first))
         }
         down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
         up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)

@@ -7,8 +7,8 @@ import Foundation
 /// (no file to ship or keep in step), and run by the same provider as the models.
 ///
 ///   inputs   query_key, selection [CK, HW]; mem_key [N, CK]; mem_shrinkage [N]; mem_value [N, CV];
-///            k [1] (int64)
-///   output   readout [CV, HW]
+///            k [1] (int64); last_value [CV, HW]
+///   outputs  readout [CV, HW]; difference = readout − last_value (the uncertainty model's input)
 ///
 /// Same arithmetic as the Swift read: S = (2·(qk⊙sel)ᵀ·mkᵀ − selᵀ·(mk²)ᵀ − Σc sel·qk²) · shrink / √CK,
 /// top-k along the memory, softmax (max-subtracted, as ONNX defines it), readout = Σ weights · values.
@@ -29,166 +29,67 @@ final class MemoryReadoutGraph {
                               model: model, config: config)
     }
 
-    /// Reads `bank` for the query frame into `readout` [CV, HW] (the bank's layout, token-major, is
-    /// the graph's: its storage is passed as it is, no copy on the CPU side).
-    func read(bank: MemoryBank, queryKey: UnsafeMutablePointer<Float>, selection: UnsafeMutablePointer<Float>,
-              topK: Int, into readout: UnsafeMutablePointer<Float>) throws {
-        precondition(bank.frames > 0)
-        let hw = bank.tokensPerFrame, n = bank.frames * hw
-        topKStorage.pointee = Int64(min(topK, n))
-        let runtime = session.runtime
-        let views = [
-            try OrtValueView(runtime: runtime, floats: queryKey, shape: [keyDim, hw]),
-            try OrtValueView(runtime: runtime, floats: selection, shape: [keyDim, hw]),
-            try OrtValueView(runtime: runtime, floats: bank.keyRows, shape: [n, keyDim]),
-            try OrtValueView(runtime: runtime, floats: bank.shrinkageRows, shape: [n]),
-            try OrtValueView(runtime: runtime, floats: bank.valueRows, shape: [n, valueDim]),
-            try OrtValueView(runtime: runtime, int64s: topKStorage, shape: [1]),
-        ]
-        let output = try OrtValueView(runtime: runtime, floats: readout, shape: [valueDim, hw])
-        // The views own the OrtValues: they must live until the run is over.
-        try withExtendedLifetime((views, output)) {
-            try session.run(inputs: zip(["query_key", "selection", "mem_key", "mem_shrinkage", "mem_value", "k"], views.map(\.value)),
-                            outputs: [("readout", output.value)])
+    /// One read. `memoryKeys` [N, CK], `memoryShrinkage` [N], `memoryValues` [N, CV] are the bank's
+    /// first N rows (token-major, as both banks store them); `queryKey`, `selection` [CK, HW];
+    /// `lastValue`, `readout`, `difference` [CV, HW]: the readout and readout − last value (the
+    /// uncertainty model's input). Values may live in host or device memory.
+    func read(queryKey: OpaquePointer, selection: OpaquePointer, memoryKeys: OpaquePointer, memoryShrinkage: OpaquePointer,
+              memoryValues: OpaquePointer, memoryTokens: Int, lastValue: OpaquePointer, topK: Int,
+              readout: OpaquePointer, difference: OpaquePointer) throws {
+        precondition(memoryTokens > 0)
+        topKStorage.pointee = Int64(min(topK, memoryTokens))
+        let k = try OrtValueView(runtime: session.runtime, int64s: topKStorage, shape: [1])
+        try withExtendedLifetime(k) {
+            try session.run(inputs: [("query_key", queryKey), ("selection", selection), ("mem_key", memoryKeys),
+                                     ("mem_shrinkage", memoryShrinkage), ("mem_value", memoryValues), ("k", k.value),
+                                     ("last_value", lastValue)],
+                            outputs: [("readout", readout), ("difference", difference)])
         }
     }
 
-    // MARK: - The graph, written as ONNX protobuf
+    // MARK: - The graph
 
     static func model(keyDim: Int, valueDim: Int) -> [UInt8] {
-        var graph = ProtoWriter()
-        let scale = 1 / Float(keyDim).squareRoot()
-        let nodes: [[UInt8]] = [
-            node("Mul", ["query_key", "selection"], ["weighted_query"]),                       // qk⊙sel [CK, HW]
-            node("Mul", ["weighted_query", "query_key"], ["query_terms"]),
-            node("ReduceSum", ["query_terms", "axis0"], ["query_squared_row"], ints: [("keepdims", [1])]),  // [1, HW]
-            node("Transpose", ["query_squared_row"], ["query_squared"], ints: [("perm", [1, 0])]),         // [HW, 1]
-            node("Transpose", ["selection"], ["selection_t"], ints: [("perm", [1, 0])]),                    // [HW, CK]
-            node("Transpose", ["weighted_query"], ["weighted_query_t"], ints: [("perm", [1, 0])]),
-            node("Mul", ["mem_key", "mem_key"], ["mem_key_squared"]),                          // [N, CK]
-            node("Transpose", ["mem_key_squared"], ["mem_key_squared_t"], ints: [("perm", [1, 0])]),
-            node("Transpose", ["mem_key"], ["mem_key_t"], ints: [("perm", [1, 0])]),           // [CK, N]
-            node("MatMul", ["selection_t", "mem_key_squared_t"], ["selection_term"]),          // [HW, N]
-            node("MatMul", ["weighted_query_t", "mem_key_t"], ["cross_term"]),
-            node("Mul", ["cross_term", "two"], ["cross_term_2"]),
-            node("Sub", ["cross_term_2", "selection_term"], ["partial"]),
-            node("Sub", ["partial", "query_squared"], ["distance"]),
-            node("Mul", ["distance", "mem_shrinkage"], ["shrunk"]),
-            node("Mul", ["shrunk", "scale"], ["similarity"]),
-            node("TopK", ["similarity", "k"], ["top_values", "top_indices"], ints: [("axis", [1]), ("largest", [1]), ("sorted", [1])]),
-            node("Softmax", ["top_values"], ["weights"], ints: [("axis", [1])]),               // [HW, k]
-            node("Gather", ["mem_value", "top_indices"], ["chosen_values"], ints: [("axis", [0])]),  // [HW, k, CV]
-            node("Unsqueeze", ["weights", "axis1"], ["weights_row"]),                          // [HW, 1, k]
-            node("MatMul", ["weights_row", "chosen_values"], ["weighted_row"]),                // [HW, 1, CV]
-            node("Squeeze", ["weighted_row", "axis1"], ["weighted"]),                          // [HW, CV]
-            node("Transpose", ["weighted"], ["readout"], ints: [("perm", [1, 0])]),            // [CV, HW]
-        ]
-        for node in nodes { graph.message(1, node) }
-        graph.string(2, "memory_readout")
-        graph.message(5, floatConstant("two", 2))
-        graph.message(5, floatConstant("scale", scale))
-        graph.message(5, int64Constant("axis0", [0]))
-        graph.message(5, int64Constant("axis1", [1]))
-        let float = 1, int64 = 7
-        for (name, type, dims) in [("query_key", float, ["\(keyDim)", "HW"]), ("selection", float, ["\(keyDim)", "HW"]),
-                                   ("mem_key", float, ["N", "\(keyDim)"]), ("mem_shrinkage", float, ["N"]),
-                                   ("mem_value", float, ["N", "\(valueDim)"]), ("k", int64, ["1"])] {
-            graph.message(11, valueInfo(name, type, dims))
-        }
-        graph.message(12, valueInfo("readout", float, ["\(valueDim)", "HW"]))
-        var opset = ProtoWriter()
-        opset.string(1, "")
-        opset.varint(2, 18)
-        var model = ProtoWriter()
-        model.varint(1, 8)                    // IR version 8 (opset 18)
-        model.string(2, "gst-matanyone")
-        model.message(8, opset.bytes)
-        model.message(7, graph.bytes)
-        return model.bytes
+        var graph = GraphWriter(name: "memory_readout")
+        let perm = [("perm", [1, 0])]
+        graph.node("Mul", ["query_key", "selection"], ["weighted_query"])                       // qk⊙sel [CK, HW]
+        graph.node("Mul", ["weighted_query", "query_key"], ["query_terms"])
+        graph.node("ReduceSum", ["query_terms", "axis0"], ["query_squared_row"], ints: [("keepdims", [1])])  // [1, HW]
+        graph.node("Transpose", ["query_squared_row"], ["query_squared"], ints: perm)            // [HW, 1]
+        graph.node("Transpose", ["selection"], ["selection_t"], ints: perm)                      // [HW, CK]
+        graph.node("Transpose", ["weighted_query"], ["weighted_query_t"], ints: perm)
+        graph.node("Mul", ["mem_key", "mem_key"], ["mem_key_squared"])                          // [N, CK]
+        graph.node("Transpose", ["mem_key_squared"], ["mem_key_squared_t"], ints: perm)
+        graph.node("Transpose", ["mem_key"], ["mem_key_t"], ints: perm)                         // [CK, N]
+        graph.node("MatMul", ["selection_t", "mem_key_squared_t"], ["selection_term"])          // [HW, N]
+        graph.node("MatMul", ["weighted_query_t", "mem_key_t"], ["cross_term"])
+        graph.node("Mul", ["cross_term", "two"], ["cross_term_2"])
+        graph.node("Sub", ["cross_term_2", "selection_term"], ["partial"])
+        graph.node("Sub", ["partial", "query_squared"], ["distance"])
+        graph.node("Mul", ["distance", "mem_shrinkage"], ["shrunk"])
+        graph.node("Mul", ["shrunk", "scale"], ["similarity"])
+        graph.node("TopK", ["similarity", "k"], ["top_values", "top_indices"], ints: [("axis", [1]), ("largest", [1]), ("sorted", [1])])
+        graph.node("Softmax", ["top_values"], ["weights"], ints: [("axis", [1])])               // [HW, k]
+        graph.node("Gather", ["mem_value", "top_indices"], ["chosen_values"], ints: [("axis", [0])])  // [HW, k, CV]
+        graph.node("Unsqueeze", ["weights", "axis1"], ["weights_row"])                          // [HW, 1, k]
+        graph.node("MatMul", ["weights_row", "chosen_values"], ["weighted_row"])                // [HW, 1, CV]
+        graph.node("Squeeze", ["weighted_row", "axis1"], ["weighted"])                          // [HW, CV]
+        graph.node("Transpose", ["weighted"], ["readout"], ints: perm)                          // [CV, HW]
+        graph.node("Sub", ["readout", "last_value"], ["difference"])
+        graph.constant("two", 2)
+        graph.constant("scale", 1 / Float(keyDim).squareRoot())
+        graph.constant("axis0", [0])
+        graph.constant("axis1", [1])
+        let float = GraphWriter.float
+        graph.input("query_key", float, ["\(keyDim)", "HW"])
+        graph.input("selection", float, ["\(keyDim)", "HW"])
+        graph.input("mem_key", float, ["N", "\(keyDim)"])
+        graph.input("mem_shrinkage", float, ["N"])
+        graph.input("mem_value", float, ["N", "\(valueDim)"])
+        graph.input("k", GraphWriter.int64, ["1"])
+        graph.input("last_value", float, ["\(valueDim)", "HW"])
+        graph.output("readout", float, ["\(valueDim)", "HW"])
+        graph.output("difference", float, ["\(valueDim)", "HW"])
+        return graph.model()
     }
-
-    private static func node(_ op: String, _ inputs: [String], _ outputs: [String], ints: [(String, [Int])] = []) -> [UInt8] {
-        var node = ProtoWriter()
-        inputs.forEach { node.string(1, $0) }
-        outputs.forEach { node.string(2, $0) }
-        node.string(3, outputs[0])
-        node.string(4, op)
-        for (name, values) in ints {
-            var attribute = ProtoWriter()
-            attribute.string(1, name)
-            if name == "perm" {
-                values.forEach { attribute.varint(8, UInt64(bitPattern: Int64($0))) }
-                attribute.varint(20, 7)       // INTS
-            } else {
-                attribute.varint(3, UInt64(bitPattern: Int64(values[0])))
-                attribute.varint(20, 2)       // INT
-            }
-            node.message(5, attribute.bytes)
-        }
-        return node.bytes
-    }
-
-    private static func floatConstant(_ name: String, _ value: Float) -> [UInt8] {
-        var tensor = ProtoWriter()
-        tensor.varint(2, 1)                   // FLOAT, a scalar (no dims)
-        tensor.string(8, name)
-        tensor.bytes(9, withUnsafeBytes(of: value.bitPattern.littleEndian) { Array($0) })
-        return tensor.bytes
-    }
-
-    private static func int64Constant(_ name: String, _ values: [Int]) -> [UInt8] {
-        var tensor = ProtoWriter()
-        tensor.varint(1, UInt64(values.count))
-        tensor.varint(2, 7)                   // INT64
-        tensor.string(8, name)
-        tensor.bytes(9, values.flatMap { value in withUnsafeBytes(of: Int64(value).littleEndian) { Array($0) } })
-        return tensor.bytes
-    }
-
-    /// A tensor value description; numeric dims are fixed, others named (dynamic).
-    private static func valueInfo(_ name: String, _ elementType: Int, _ dims: [String]) -> [UInt8] {
-        var shape = ProtoWriter()
-        for dim in dims {
-            var dimension = ProtoWriter()
-            if let size = Int(dim) { dimension.varint(1, UInt64(size)) } else { dimension.string(2, dim) }
-            shape.message(1, dimension.bytes)
-        }
-        var tensorType = ProtoWriter()
-        tensorType.varint(1, UInt64(elementType))
-        tensorType.message(2, shape.bytes)
-        var type = ProtoWriter()
-        type.message(1, tensorType.bytes)
-        var info = ProtoWriter()
-        info.string(1, name)
-        info.message(2, type.bytes)
-        return info.bytes
-    }
-}
-
-/// Just enough protobuf encoding for an ONNX model: varint and length-delimited fields.
-struct ProtoWriter {
-    private(set) var bytes: [UInt8] = []
-
-    private mutating func raw(_ value: UInt64) {
-        var value = value
-        while value >= 0x80 {
-            bytes.append(UInt8(value & 0x7f) | 0x80)
-            value >>= 7
-        }
-        bytes.append(UInt8(value))
-    }
-
-    mutating func varint(_ field: Int, _ value: UInt64) {
-        raw(UInt64(field) << 3)
-        raw(value)
-    }
-
-    mutating func bytes(_ field: Int, _ payload: [UInt8]) {
-        raw(UInt64(field) << 3 | 2)
-        raw(UInt64(payload.count))
-        bytes += payload
-    }
-
-    mutating func string(_ field: Int, _ text: String) { bytes(field, Array(text.utf8)) }
-    mutating func message(_ field: Int, _ payload: [UInt8]) { bytes(field, payload) }
 }

@@ -240,11 +240,19 @@ public struct SessionConfig: Equatable, Sendable {
 
 /// A float32 tensor whose storage we own; wraps it as an OrtValue once, so runs reuse both. Or, made
 /// `onDeviceOf` a session, in memory that session's provider allocates (a GPU's for CUDA), which only
-/// models read and write: `data` is then not for Swift to touch.
+/// models and built-in graphs read and write: `data` is then not for Swift to touch, and asking for
+/// it stops the program (on the CPU provider such memory is host memory, so the tests that run the
+/// device path there would not otherwise notice glue that could not run on a GPU).
 public final class Tensor {
     public let shape: [Int]
     public let count: Int
-    public let data: UnsafeMutablePointer<Float>
+    /// The storage, for Swift to read and write: host tensors only.
+    public var data: UnsafeMutablePointer<Float> {
+        precondition(!isOnDevice, "Swift touched '\(name)', a tensor in the provider's memory")
+        return storageAddress
+    }
+    private let storageAddress: UnsafeMutablePointer<Float>
+    let name: String
     let value: OpaquePointer
     /// Where the storage came from: ours (calloc), or the runtime's allocator for a device.
     private enum Storage {
@@ -265,11 +273,12 @@ public final class Tensor {
         }
         self.shape = shape
         self.count = count
-        data = storage.bindMemory(to: Float.self, capacity: max(count, 1))
+        self.name = name
+        storageAddress = storage.bindMemory(to: Float.self, capacity: max(count, 1))
         var dims = shape.map { Int64($0) }
         var created: OpaquePointer?
         let status = runtime.api.pointee.CreateTensorWithDataAsOrtValue(
-            runtime.cpuMemory, data, count * MemoryLayout<Float>.size, &dims, dims.count,
+            runtime.cpuMemory, storageAddress, count * MemoryLayout<Float>.size, &dims, dims.count,
             ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &created)
         do {
             try runtime.check(status, "CreateTensorWithDataAsOrtValue")
@@ -314,7 +323,8 @@ public final class Tensor {
         }
         self.shape = shape
         self.count = count
-        data = raw!.bindMemory(to: Float.self, capacity: max(count, 1))
+        self.name = name
+        storageAddress = raw!.bindMemory(to: Float.self, capacity: max(count, 1))
         value = created!
         self.api = runtime.api
         storage = .device(allocator: allocator!, memoryInfo: memoryInfo!)
@@ -334,7 +344,7 @@ public final class Tensor {
         api.pointee.ReleaseValue(value)   // frees device storage through its allocator
         switch storage {
         case .host:
-            free(data)
+            free(storageAddress)
         case let .device(allocator, memoryInfo):
             api.pointee.ReleaseAllocator(allocator)
             api.pointee.ReleaseMemoryInfo(memoryInfo)
@@ -342,6 +352,17 @@ public final class Tensor {
     }
 
     public var buffer: UnsafeMutableBufferPointer<Float> { UnsafeMutableBufferPointer(start: data, count: count) }
+
+    /// An OrtValue over part of this tensor's storage (`offset` elements in), with another shape;
+    /// for moving data with graphs (a GPU's memory included). The view must not outlive the tensor.
+    func view(offset: Int = 0, shape: [Int]) throws -> OrtValueView {
+        let elements = shape.reduce(1, *)
+        precondition(offset >= 0 && elements >= 0 && offset + elements <= count, "view \(offset)+\(shape) of '\(name)' \(self.shape)")
+        var memoryInfo: OpaquePointer?
+        try OnnxRuntime.check(api, api.pointee.GetTensorMemoryInfo(value, &memoryInfo), "GetTensorMemoryInfo")
+        return try OrtValueView(api: api, memoryInfo: memoryInfo!, data: UnsafeMutableRawPointer(storageAddress + offset),
+                                bytes: elements * MemoryLayout<Float>.size, shape: shape, type: ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+    }
 
     public func copy(from other: Tensor) {
         precondition(other.count == count)
@@ -367,14 +388,20 @@ final class OrtValueView {
                       type: ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)
     }
 
-    private init(runtime: OnnxRuntime, data: UnsafeMutableRawPointer, bytes: Int, shape: [Int],
-                 type: ONNXTensorElementDataType) throws {
+    private convenience init(runtime: OnnxRuntime, data: UnsafeMutableRawPointer, bytes: Int, shape: [Int],
+                             type: ONNXTensorElementDataType) throws {
+        try self.init(api: runtime.api, memoryInfo: runtime.cpuMemory, data: data, bytes: bytes, shape: shape, type: type)
+    }
+
+    /// Over memory `memoryInfo` describes (host or a device's).
+    init(api: UnsafePointer<OrtApi>, memoryInfo: OpaquePointer, data: UnsafeMutableRawPointer, bytes: Int, shape: [Int],
+         type: ONNXTensorElementDataType) throws {
         var dims = shape.map { Int64($0) }
         var created: OpaquePointer?
-        try runtime.check(runtime.api.pointee.CreateTensorWithDataAsOrtValue(runtime.cpuMemory, data, bytes, &dims, dims.count,
-                                                                           type, &created), "CreateTensorWithDataAsOrtValue")
+        try OnnxRuntime.check(api, api.pointee.CreateTensorWithDataAsOrtValue(memoryInfo, data, bytes, &dims, dims.count, type, &created),
+                              "CreateTensorWithDataAsOrtValue")
         value = created!
-        api = runtime.api
+        self.api = api
     }
 
     deinit { api.pointee.ReleaseValue(value) }

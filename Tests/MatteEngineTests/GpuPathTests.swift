@@ -11,81 +11,157 @@ import TestPaths
     /// The GPU build scripts/test.sh installs with only two of the NVIDIA wheels (cudart, curand).
     static var gpuRuntime: String { TestPaths.dataDir + "/../test-gpu-runtime/libonnxruntime.so.1" }
 
-    // MARK: The memory read as a graph
+    // MARK: The glue on the device
 
-    /// A bank of `frames` random frames (keys, shrinkage like the encoder's: > 1, values) and a query.
-    private func randomBank(keyDim: Int, valueDim: Int, tokens: Int, maxFrames: Int, frames: Int,
-                            seed: UInt64) throws -> (MemoryBank, [Float], [Float]) {
-        var generator = SplitMix(seed: seed)
-        let bank = try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: tokens, maxFrames: maxFrames)
-        for _ in 0..<frames {
-            let key = (0..<keyDim * tokens).map { _ in generator.normal() }
-            let shrinkage = (0..<tokens).map { _ in 1 + generator.unit() * 3 }
-            let value = (0..<valueDim * tokens).map { _ in generator.normal() }
-            bank.add(key: key, shrinkage: shrinkage, value: value)
+    /// A random frame of bank input: keys, shrinkage like the encoder's (> 1), values.
+    private struct RandomFrame {
+        let key: [Float], shrinkage: [Float], value: [Float]
+        init(keyDim: Int, valueDim: Int, tokens: Int, _ generator: inout SplitMix) {
+            key = (0..<keyDim * tokens).map { _ in generator.normal() }
+            shrinkage = (0..<tokens).map { _ in 1 + generator.unit() * 3 }
+            value = (0..<valueDim * tokens).map { _ in generator.normal() }
         }
-        let query = (0..<keyDim * tokens).map { _ in generator.normal() }
-        let selection = (0..<keyDim * tokens).map { _ in generator.unit() }
-        return (bank, query, selection)
     }
 
+    private func hostTensor(_ runtime: OnnxRuntime, _ values: [Float], _ shape: [Int]) throws -> Tensor {
+        let tensor = try Tensor(runtime: runtime, shape: shape)
+        tensor.buffer.initialize(from: values)  // host storage
+        return tensor
+    }
+
+    /// The Swift read of a host bank (BLAS), the reference for the graphs.
+    private func swiftRead(_ bank: MemoryBank, query: [Float], selection: [Float], topK: Int) -> [Float] {
+        var readout = [Float](repeating: .nan, count: bank.valueDim * bank.tokensPerFrame)
+        bank.read(queryKey: query, selection: selection, topK: topK, into: &readout)
+        return readout
+    }
+
+    /// The memory read graph over a host bank's own storage, on the CPU provider.
     @Test(arguments: [(64, 256, 18 * 32, 5, 1, 30), (64, 256, 18 * 32, 5, 3, 30), (64, 256, 18 * 32, 5, 7, 30),
                       (64, 256, 4, 2, 1, 30), (16, 8, 50, 3, 3, 1)])
     func graphReadoutMatchesTheSwiftRead(case: (Int, Int, Int, Int, Int, Int)) throws {
         let (keyDim, valueDim, tokens, maxFrames, frames, topK) = `case`
-        let (bank, query, selection) = try randomBank(keyDim: keyDim, valueDim: valueDim, tokens: tokens,
-                                                      maxFrames: maxFrames, frames: frames, seed: UInt64(tokens * 31 + frames))
-        var swift = [Float](repeating: .nan, count: valueDim * tokens)
-        var graph = [Float](repeating: .nan, count: valueDim * tokens)
-        var queryCopy = query, selectionCopy = selection
-        bank.read(queryKey: query, selection: selection, topK: topK, into: &swift)
-        let reader = try MemoryReadoutGraph(runtime: try OnnxRuntime.shared(), keyDim: keyDim, valueDim: valueDim,
-                                            config: SessionConfig(provider: .cpu))
-        try queryCopy.withUnsafeMutableBufferPointer { q in
-            try selectionCopy.withUnsafeMutableBufferPointer { s in
-                try graph.withUnsafeMutableBufferPointer { out in
-                    try reader.read(bank: bank, queryKey: q.baseAddress!, selection: s.baseAddress!, topK: topK, into: out.baseAddress!)
-                }
-            }
+        var generator = SplitMix(seed: UInt64(tokens * 31 + frames))
+        let bank = try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: tokens, maxFrames: maxFrames)
+        for _ in 0..<frames {
+            let frame = RandomFrame(keyDim: keyDim, valueDim: valueDim, tokens: tokens, &generator)
+            bank.add(key: frame.key, shrinkage: frame.shrinkage, value: frame.value)
         }
+        let query = RandomFrame(keyDim: keyDim, valueDim: valueDim, tokens: tokens, &generator)
+        let selection = query.key.map { abs($0) / 3 }
+        let swift = swiftRead(bank, query: query.key, selection: selection, topK: topK)
+
+        let runtime = try OnnxRuntime.shared()
+        let reader = try MemoryReadoutGraph(runtime: runtime, keyDim: keyDim, valueDim: valueDim, config: SessionConfig(provider: .cpu))
+        let n = bank.frames * tokens
+        let inputs = [try OrtValueView(runtime: runtime, floats: bank.keyRows, shape: [n, keyDim]),
+                      try OrtValueView(runtime: runtime, floats: bank.shrinkageRows, shape: [n]),
+                      try OrtValueView(runtime: runtime, floats: bank.valueRows, shape: [n, valueDim])]
+        let queryKey = try hostTensor(runtime, query.key, [keyDim, tokens]), chosen = try hostTensor(runtime, selection, [keyDim, tokens])
+        let last = try hostTensor(runtime, query.value.prefix(valueDim * tokens).map { $0 }, [valueDim, tokens])
+        let readout = try Tensor(runtime: runtime, shape: [valueDim, tokens]), difference = try Tensor(runtime: runtime, shape: [valueDim, tokens])
+        try withExtendedLifetime(inputs) {
+            try reader.read(queryKey: queryKey.value, selection: chosen.value, memoryKeys: inputs[0].value, memoryShrinkage: inputs[1].value,
+                            memoryValues: inputs[2].value, memoryTokens: n, lastValue: last.value, topK: topK,
+                            readout: readout.value, difference: difference.value)
+        }
+        let graph = Array(readout.buffer)
         let worst = zip(swift, graph).map { abs($0 - $1) }.max() ?? .infinity
         print("memory readout graph vs Swift (CK \(keyDim), CV \(valueDim), HW \(tokens), \(bank.frames) frames, top-\(topK)): max |Δ| \(worst)")
         #expect(!graph.contains { $0.isNaN })
         #expect(worst <= 1e-5)
         #expect(swift.contains { abs($0) > 0.1 }, "a readout of zeros would match anything")
+        let differenceWorst = zip(difference.buffer, zip(graph, last.buffer).map { $0 - $1 }).map { abs($0 - $1) }.max() ?? .infinity
+        #expect(differenceWorst == 0, "difference output is readout − last value")
     }
 
-    /// The whole engine with its device path (features in runtime-allocated memory, the graph read)
-    /// against the host path (the Swift read), on the CPU provider, on real frames.
-    @Test func engineWithTheGraphReadMatchesTheSwiftRead() throws {
-        let width = 512, height = 288, frameSize = width * height
-        let frames = try TestPaths.frames("test-sample2-512x288.bgra", width: width, height: height)
+    /// The bank in the provider's memory, written by graphs (appends, the oldest temporary frame
+    /// evicted by way of the staging rows), reads as the host bank does after every frame.
+    @Test(arguments: [(5, 30), (3, 30), (2, 30), (1, 7)])
+    func deviceBankReadsAsTheHostBankThroughEvictions(case: (Int, Int)) throws {
+        let (maxFrames, topK) = `case`
+        let keyDim = 16, valueDim = 24, tokens = 6 * 10
+        let runtime = try OnnxRuntime.shared()
+        let graphs = try DeviceGraphs(runtime: runtime, keyDim: keyDim, valueDim: valueDim, config: SessionConfig(provider: .cpu))
+        let host = try MemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: tokens, maxFrames: maxFrames)
+        let device = try DeviceMemoryBank(keyDim: keyDim, valueDim: valueDim, tokensPerFrame: tokens, maxFrames: maxFrames,
+                                          graphs: graphs, session: graphs.read.session)
+        var generator = SplitMix(seed: UInt64(maxFrames * 7 + topK))
+        let grid = [1, 1, 6, 10]
+        for added in 1...(maxFrames + 4) {
+            let frame = RandomFrame(keyDim: keyDim, valueDim: valueDim, tokens: tokens, &generator)
+            host.add(key: frame.key, shrinkage: frame.shrinkage, value: frame.value)
+            try device.add(key: try hostTensor(runtime, frame.key, [1, keyDim, 6, 10]), shrinkage: try hostTensor(runtime, frame.shrinkage, grid),
+                           value: try hostTensor(runtime, frame.value, [1, valueDim, 6, 10]))
+            #expect(device.frames == host.frames)
+            let query = RandomFrame(keyDim: keyDim, valueDim: valueDim, tokens: tokens, &generator)
+            let selection = query.key.map { abs($0) / 3 }
+            let swift = swiftRead(host, query: query.key, selection: selection, topK: topK)
+            let readout = try Tensor(runtime: runtime, shape: [1, valueDim, 6, 10]), difference = try Tensor(runtime: runtime, shape: [1, valueDim, 6, 10])
+            try device.read(queryKey: try hostTensor(runtime, query.key, [1, keyDim, 6, 10]),
+                            selection: try hostTensor(runtime, selection, [1, keyDim, 6, 10]),
+                            lastValue: try hostTensor(runtime, query.value, [1, valueDim, 6, 10]), topK: topK,
+                            readout: readout, difference: difference)
+            let worst = zip(swift, readout.buffer).map { abs($0 - $1) }.max() ?? .infinity
+            #expect(worst <= 1e-5, "after \(added) frames (\(host.frames) kept): max |Δ| \(worst)")
+        }
+    }
+
+    @Test func deviceGraphsCopyBlendAndAdd() throws {
+        let runtime = try OnnxRuntime.shared()
+        let graphs = try DeviceGraphs(runtime: runtime, keyDim: 4, valueDim: 4, config: SessionConfig(provider: .cpu))
+        var generator = SplitMix(seed: 5)
+        let sources = try (0..<6).map { index in try hostTensor(runtime, (0..<(index + 1) * 10).map { _ in generator.normal() }, [1, index + 1, 2, 5]) }
+        let destinations = try sources.map { try Tensor(runtime: runtime, shape: $0.shape) }
+        try graphs.copy(zip(sources, destinations).map { (from: $0, to: $1) })   // six pairs: two runs
+        for (source, destination) in zip(sources, destinations) { #expect(Array(source.buffer) == Array(destination.buffer)) }
+        let readout = sources[2], last = try hostTensor(runtime, (0..<30).map { _ in generator.normal() }, [1, 3, 2, 5])
+        let p = try hostTensor(runtime, (0..<10).map { _ in generator.unit() }, [1, 1, 2, 5])
+        let visual = try Tensor(runtime: runtime, shape: [1, 3, 2, 5]), sum = try Tensor(runtime: runtime, shape: [1, 3, 2, 5])
+        try graphs.blend(readout: readout, last: last, uncertainty: p, into: visual)
+        try graphs.add(readout, last, into: sum)
+        for index in 0..<30 {
+            let q = p.buffer[index % 10]
+            #expect(visual.buffer[index] == readout.buffer[index] * q + last.buffer[index] * (1 - q))
+            #expect(sum.buffer[index] == readout.buffer[index] + last.buffer[index])
+        }
+    }
+
+    /// The whole engine with its device path (every tensor but the frame in runtime-allocated memory,
+    /// the glue as graphs; Swift touching such a tensor stops the test) against the host path, on the
+    /// CPU provider, on real frames: upstream's schedule, and one that fills and evicts the bank and
+    /// skips sensory updates within seven frames.
+    @Test(arguments: [(5, 5, 5), (1, 3, 2)])
+    func engineOnTheDevicePathMatchesTheHostPath(schedule: (Int, Int, Int)) throws {
+        let width = 512, height = 288
+        let frames = Array(try TestPaths.frames("test-sample2-512x288.bgra", width: width, height: height).prefix(7))
         let mask = try [UInt8](Data(contentsOf: URL(fileURLWithPath: TestPaths.dataDir + "/test-sample2-mask-512x288.gray")))
+        var parameters = MatAnyone2Parameters()
+        (parameters.memEvery, parameters.maxMemFrames, parameters.staggerUpdates) = schedule
+        parameters.warmup = 3
         func run(_ placement: DataPlacement) throws -> [[Float]] {
             var options = EngineOptions(modelDir: TestPaths.modelDir)
             options.dataPlacement = placement
-            let engine = try MatAnyone2Engine(options: options, seed: .mask(pixels: mask, width: width, height: height))
+            let engine = try MatAnyone2Engine(options: options, parameters: parameters, seed: .mask(pixels: mask, width: width, height: height))
             #expect(engine.onDevice == (placement == .device))
-            var plane = [UInt8](repeating: 0, count: frameSize)
-            var report = FrameReport(modelCount: engine.modelNames.count)
-            var alphas: [[Float]] = []
-            for frame in frames.prefix(7) {
-                try frame.withUnsafeBufferPointer { pixels in
-                    try plane.withUnsafeMutableBufferPointer { out in
-                        try engine.matte(BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4),
-                                         into: GrayImage(base: out.baseAddress!, width: width, height: height, stride: width),
-                                         report: &report)
-                    }
-                }
-                alphas.append(try #require(engine.workingAlpha()).alpha)
+            var alphas = try workingAlphas(engine, [frames[0]], width: width, height: height)
+            let afterSeed = engine.glueBytesAcrossTheBus
+            alphas += try workingAlphas(engine, Array(frames.dropFirst()), width: width, height: height)
+            #expect(engine.tensorsOnDevice == (placement == .device))
+            if placement == .device {
+                #expect(engine.hostTensorsBoundToModels == ["encoder.image"], "only the frame may go up to the models")
+                // Each ordinary frame: the alpha (padded working size, float) comes down, nothing else.
+                let perFrame = (engine.glueBytesAcrossTheBus - afterSeed) / (frames.count - 1)
+                print("device path, bytes a frame: frame up \(width * height * 3 * 4), alpha down \(perFrame)")
+                #expect(perFrame == width * height * 4 && (engine.glueBytesAcrossTheBus - afterSeed) % (frames.count - 1) == 0)
             }
-            #expect(engine.featuresOnDevice == (placement == .device))
             return alphas
         }
         let swift = try run(.host), graph = try run(.device)
         let worst = zip(swift, graph).flatMap { zip($0, $1).map { Double(abs($0 - $1)) } }.max() ?? .infinity
-        print("MatAnyone2 alpha, device path vs host path over \(swift.count) frames: max |Δ| \(worst)")
+        print("MatAnyone2 alpha, device path vs host path over \(swift.count) frames (schedule \(schedule)): max |Δ| \(worst)")
         #expect(worst <= 1e-4)
+        #expect(swift.last!.contains { $0 > 0.5 } && swift.last!.contains { $0 < 0.5 }, "a blank alpha would match anything")
     }
 
     // MARK: Why a GPU provider cannot run

@@ -77,20 +77,7 @@ import TestPaths
             let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestPaths.modelDir, precision: precision),
                                               parameters: parameters, seed: .mask(pixels: mask, width: Self.width, height: Self.height))
             #expect(engine.precision == precision)
-            var plane = [UInt8](repeating: 0, count: frameSize)
-            var report = FrameReport(modelCount: engine.modelNames.count)
-            var alphas: [[Float]] = []
-            for frame in frames.prefix(6) {
-                try frame.withUnsafeBufferPointer { pixels in
-                    try plane.withUnsafeMutableBufferPointer { out in
-                        try engine.matte(BGRAImage(base: pixels.baseAddress!, width: Self.width, height: Self.height, stride: Self.width * 4),
-                                         into: GrayImage(base: out.baseAddress!, width: Self.width, height: Self.height, stride: Self.width),
-                                         report: &report)
-                    }
-                }
-                alphas.append(try #require(engine.workingAlpha()).alpha)
-            }
-            return alphas
+            return try workingAlphas(engine, Array(frames.prefix(6)), width: Self.width, height: Self.height)
         }
         let exact = try run(.fp32), half = try run(.fp16)
         var worstMean = 0.0, maximum = 0.0
@@ -114,20 +101,7 @@ import TestPaths
         func run(_ precision: ModelPrecision) throws -> [[Float]] {
             let engine = try MatAnyone2Engine(options: EngineOptions(modelDir: TestPaths.modelDir, precision: precision),
                                               seed: .mask(pixels: mask, width: Self.width, height: Self.height))
-            var plane = [UInt8](repeating: 0, count: frameSize)
-            var report = FrameReport(modelCount: engine.modelNames.count)
-            var alphas: [[Float]] = []
-            for frame in frames.prefix(8) {
-                try frame.withUnsafeBufferPointer { pixels in
-                    try plane.withUnsafeMutableBufferPointer { out in
-                        try engine.matte(BGRAImage(base: pixels.baseAddress!, width: Self.width, height: Self.height, stride: Self.width * 4),
-                                         into: GrayImage(base: out.baseAddress!, width: Self.width, height: Self.height, stride: Self.width),
-                                         report: &report)
-                    }
-                }
-                alphas.append(try #require(engine.workingAlpha()).alpha)
-            }
-            return alphas
+            return try workingAlphas(engine, Array(frames.prefix(8)), width: Self.width, height: Self.height)
         }
         let int8Dir = ModelLocations.matAnyone2Dir(modelDir: TestPaths.modelDir, precision: .int8)
         #expect(try ModelManifest.load(directory: int8Dir).precision == .int8)
