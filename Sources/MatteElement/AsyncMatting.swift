@@ -12,6 +12,8 @@ final class AsyncMatting {
         let plane: [UInt8]
         let finishedMs: Double
         let inferenceMs: Double
+        /// The engine's report of that frame (stages, models, memory, people, the watch).
+        let report: FrameReport
     }
 
     private struct Frame {
@@ -197,7 +199,7 @@ final class AsyncMatting {
                 failure = failure ?? error
             } else if requests.allSatisfy({ if case .reset = $0 { return false }; return true }) {
                 // (An alpha finished after a reset was asked for belongs to the old track.)
-                finished.append(Alpha(pts: frame.pts, plane: plane, finishedMs: end, inferenceMs: end - start))
+                finished.append(Alpha(pts: frame.pts, plane: plane, finishedMs: end, inferenceMs: end - start, report: report))
                 if finished.count > AsyncMatting.kept { finished.removeFirst(finished.count - AsyncMatting.kept) }
             }
             condition.broadcast()

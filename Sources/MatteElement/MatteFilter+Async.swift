@@ -141,10 +141,12 @@ extension MatteFilter {
             DebugLog.log(GST_LEVEL_LOG, handle, "async frame pts \(input.pts): alpha of pts \(usable.map { "\($0.pts)" } ?? "none"), "
                          + "\(costMs) ms")
             if current.statsInterval > 0, state.framesProcessed % UInt(current.statsInterval) == 0 {
-                state.report.clear()
+                // The engine's figures are those of the alpha used (the inference thread's frame);
+                // the streaming thread's own work is this frame's compositing.
+                if let usable { state.report = usable.report } else { state.report.clear() }
+                state.report.preprocessMs = 0
                 state.report.postprocessMs = costMs
                 state.report.inferenceMs = usable?.inferenceMs ?? 0
-                state.report.seeded = usable != nil
                 let stats = stats(pts: input.pts, totalMs: costMs, latencyMs: latencyMs, state: state)
                 if let ageMs { shim_structure_set_double(stats, "alpha-age-ms", ageMs) }
                 shim_structure_set_double(stats, "inference-fps", async.inferenceFPS)

@@ -96,6 +96,11 @@ private func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: Un
         #expect(ages.allSatisfy { $0 >= 0 })
         #expect(values(run, "inference-fps").last ?? 0 > 1)
         #expect(run.stats.allSatisfy { $0["mode"] == "async" })
+        // The engine's figures come with the alpha used: its track, people and models' times.
+        let tracked = run.stats.filter { $0["alpha-age-ms"] != nil }
+        #expect(!tracked.isEmpty && tracked.allSatisfy { $0["seeded"] == "true" && $0["people"] == "1" })
+        #expect(values(run, "memory-frames").max() ?? 0 >= 1)
+        #expect(values(run, "decoder-ms").max() ?? 0 > 0 && values(run, "person-1-ms").max() ?? 0 > 0)
     }
 
     /// With async-delay at least the inference time, a frame that was inferred leaves with its own
