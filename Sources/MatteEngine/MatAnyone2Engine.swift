@@ -173,8 +173,10 @@ public final class MatAnyone2Engine: MattingEngine {
 
     public var isSeeded: Bool { cores.contains { $0.started } }
 
-    /// Builds the core for this size and times one seed step plus one pass on a blank frame (about one
-    /// ordinary frame's work, without the warm-up passes a real seed runs); then forgets it. With
+    /// Builds the cores for this size and times one seed step plus one pass on a blank frame for every
+    /// person slot (about one ordinary frame's work with max-people tracked: the latency a live
+    /// pipeline is told must hold when everyone is there; without the warm-up passes a real seed
+    /// runs); then forgets them. With
     /// automatic seeding the segmenter runs once too (untimed: it is not part of an ordinary frame),
     /// so the first frames, which it looks at, do not pay its runtime's first run.
     public func warmUp(width: Int, height: Int) throws -> Double {
@@ -185,10 +187,11 @@ public final class MatAnyone2Engine: MattingEngine {
         let black = [UInt8](repeating: 0, count: width * height * 4)
         let start = monotonicMs()
         try black.withUnsafeBufferPointer { pixels in
-            let core = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))[0]
-            core.image.fill(0)
-            try core.start(seed: [Float](repeating: 0, count: core.width * core.height), warmupPasses: 0)
-            core.reset()
+            let cores = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))
+            cores[0].image.fill(0)
+            try cores[0].encode()
+            for core in cores { try core.start(seed: [Float](repeating: 0, count: core.width * core.height), warmupPasses: 0, encoded: true) }
+            cores.forEach { $0.reset() }
         }
         let elapsed = monotonicMs() - start
         if case .automatic = seedSource, let segmenter {
