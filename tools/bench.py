@@ -428,8 +428,8 @@ def main(argv=None) -> int:
                         help="MatAnyone2 model set; int8 and fp16 also report their deviation from fp32")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
     parser.add_argument("--composite", action="store_true",
-                        help="also time background=color composites with edge-colors=estimated and original: "
-                             "the cost of the halo-free edge colours per frame")
+                        help="also time background=color composites with edge-colors=estimated and original "
+                             "(the cost of the halo-free edge colours per frame) and background=blur")
     parser.add_argument("--people", type=int, default=1,
                         help="MatAnyone2: track this many people (the clip's dancer plus stand-ins); "
                              "prints each person's own time, i.e. the cost of an extra person")
@@ -517,12 +517,13 @@ def main(argv=None) -> int:
     precision_dev = precision_deviation(args, width, height, count, mask, alpha, work)
     composite_ms = {}
     if args.composite:
-        for edges in ("original", "estimated"):
-            print(f"the element again, composite over a colour with edge-colors={edges} …", flush=True)
-            composite_rows, _, _ = run_element(args, width, height, count, mask, args.precision, alpha,
-                                               composite=f"background=color edge-colors={edges}")
+        for name, properties in (("original", "background=color edge-colors=original"),
+                                 ("estimated", "background=color edge-colors=estimated"),
+                                 ("blur", "background=blur edge-colors=original")):
+            print(f"the element again, composite: {properties} …", flush=True)
+            composite_rows, _, _ = run_element(args, width, height, count, mask, args.precision, alpha, composite=properties)
             kept = [r for r in composite_rows if r.get("frame", 0) > args.skip]
-            composite_ms[edges] = summary([r["postprocess-ms"] for r in kept])
+            composite_ms[name] = summary([r["postprocess-ms"] for r in kept])
 
     print()
     print(f"{'stage':38s} {'median ms':>10s} {'p95 ms':>10s}")
@@ -565,6 +566,8 @@ def main(argv=None) -> int:
         print(f"composite at {args.input_width}×{args.input_height}  postprocess {plain:.1f} ms plain blending, "
               f"{estimated:.1f} ms with estimated edge colours: +{estimated - plain:.1f} ms/frame "
               f"({100 * (estimated - plain) / total_median:.0f} % of this engine's {total_median:.1f} ms frame)")
+        blurred = composite_ms["blur"]["median"]
+        print(f"background=blur      postprocess {blurred:.1f} ms: the blur costs +{blurred - plain:.1f} ms/frame over a colour")
     if len(people_ms) > 1:
         extra = statistics.mean(s["median"] for name, s in people_ms.items() if name != "person-1")
         shared = stages.get("encoder", {}).get("median", 0)

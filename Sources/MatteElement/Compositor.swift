@@ -180,55 +180,72 @@ struct Compositor {
             scratch = [UInt16](repeating: 0, count: width * height * 4)
             columnSums = [Int32](repeating: 0, count: width * 4)
         }
+        // A window's sum is at most 255 × its size: the rounded mean of every possible sum is a table
+        // (the same bytes as dividing, without a division per channel per pixel).
+        let window = 2 * radius + 1
+        if windowMeans.count != 255 * window + 1 {
+            windowMeans = (0...(255 * window)).map { UInt8(($0 + window / 2) / window) }
+        }
         blurred.withUnsafeMutableBufferPointer { target in
         scratch.withUnsafeMutableBufferPointer { temp in
         columnSums.withUnsafeMutableBufferPointer { sums in
-            let out = target.baseAddress!, tmp = temp.baseAddress!, sum = sums.baseAddress!
-            Compositor.horizontalBox(from: frame.base, stride: frame.stride, to: tmp, width: width, height: height, radius: radius)
-            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius)
-            Compositor.horizontalBox(from: out, stride: width * 4, to: tmp, width: width, height: height, radius: radius)
-            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius)
-        }}}
+        windowMeans.withUnsafeBufferPointer { means in
+            let out = target.baseAddress!, tmp = temp.baseAddress!, sum = sums.baseAddress!, mean = means.baseAddress!
+            Compositor.horizontalBox(from: frame.base, stride: frame.stride, to: tmp, width: width, height: height, radius: radius, means: mean)
+            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius, means: mean)
+            Compositor.horizontalBox(from: out, stride: width * 4, to: tmp, width: width, height: height, radius: radius, means: mean)
+            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius, means: mean)
+        }}}}
     }
 
     private var columnSums: [Int32] = []
+    /// `windowMeans[sum]`: the rounded mean of a blur window with that sum.
+    private var windowMeans: [UInt8] = []
 
-    /// Box filter along each row (running sums, edges clamped); B, G, R only.
+    /// Box filter along each row (running sums, edges clamped); B, G, R only, side by side.
     private static func horizontalBox(from source: UnsafePointer<UInt8>, stride: Int, to destination: UnsafeMutablePointer<UInt16>,
-                                      width: Int, height: Int, radius: Int) {
-        let window = Int32(2 * radius + 1)
+                                      width: Int, height: Int, radius: Int, means: UnsafePointer<UInt8>) {
         for y in 0..<height {
             let row = source + y * stride
             let out = destination + y * width * 4
-            for channel in 0..<3 {
-                var sum: Int32 = 0
-                for i in -radius...radius { sum += Int32(row[min(max(i, 0), width - 1) * 4 + channel]) }
-                for x in 0..<width {
-                    out[x * 4 + channel] = UInt16((sum + window / 2) / window)
-                    let entering = min(x + radius + 1, width - 1), leaving = max(x - radius, 0)
-                    sum += Int32(row[entering * 4 + channel]) - Int32(row[leaving * 4 + channel])
-                }
+            var blue = 0, green = 0, red = 0
+            for i in -radius...radius {
+                let pixel = row + min(max(i, 0), width - 1) * 4
+                blue &+= Int(pixel[0])
+                green &+= Int(pixel[1])
+                red &+= Int(pixel[2])
+            }
+            for x in 0..<width {
+                let o = out + x * 4
+                o[0] = UInt16(means[blue])
+                o[1] = UInt16(means[green])
+                o[2] = UInt16(means[red])
+                let entering = row + min(x + radius + 1, width - 1) * 4, leaving = row + max(x - radius, 0) * 4
+                // (Wrapping arithmetic: sums stay within 255 × the window; no overflow checks in the loop.)
+                blue = blue &+ Int(entering[0]) &- Int(leaving[0])
+                green = green &+ Int(entering[1]) &- Int(leaving[1])
+                red = red &+ Int(entering[2]) &- Int(leaving[2])
             }
         }
     }
 
     /// Box filter along columns, row by row with a running sum per column (cache friendly); alpha 255.
     private static func verticalBox(from source: UnsafePointer<UInt16>, to destination: UnsafeMutablePointer<UInt8>,
-                                    sums: UnsafeMutablePointer<Int32>, width: Int, height: Int, radius: Int) {
+                                    sums: UnsafeMutablePointer<Int32>, width: Int, height: Int, radius: Int,
+                                    means: UnsafePointer<UInt8>) {
         let rowLength = width * 4
-        let window = Int32(2 * radius + 1)
         sums.update(repeating: 0, count: rowLength)
         for i in -radius...radius {
             let row = source + min(max(i, 0), height - 1) * rowLength
-            for x in 0..<rowLength { sums[x] += Int32(row[x]) }
+            for x in 0..<rowLength { sums[x] &+= Int32(row[x]) }
         }
         for y in 0..<height {
             let out = destination + y * rowLength
-            for x in 0..<rowLength { out[x] = UInt8((sums[x] + window / 2) / window) }
+            for x in 0..<rowLength { out[x] = means[Int(sums[x])] }
             for x in 0..<width { out[x * 4 + 3] = 255 }
             let entering = source + min(y + radius + 1, height - 1) * rowLength
             let leaving = source + max(y - radius, 0) * rowLength
-            for x in 0..<rowLength { sums[x] += Int32(entering[x]) - Int32(leaving[x]) }
+            for x in 0..<rowLength { sums[x] = sums[x] &+ Int32(entering[x]) &- Int32(leaving[x]) }
         }
     }
 }
