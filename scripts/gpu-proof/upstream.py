@@ -7,8 +7,8 @@ gets, timed per frame, on a CUDA device (or the CPU for the smoke test).
 DIR holds NNN.bgra files (one raw BGRA frame each, at W x H, the working size); frame i of the run is
 file i mod (number of files), as the element's multifilesrc loop plays them. The network is built by
 tools/matanyone2/network.py with the random-init weights of the exported set (seed 0) and driven
-like tools/matanyone2/reference.py's run_reference (seed step with the dilated/eroded mask, warm-up +
-1 first-frame passes, then one step per frame), but on --device:
+by tools/matanyone2/reference.py's run_reference (seed step with the dilated/eroded mask, warm-up +
+1 first-frame passes, then one step per frame) on --device:
 
 * fp32: autocast off everywhere (upstream's `safe_autocast` would switch it on for CUDA in
   process_video; step() itself does not, but the switch is forced off here so nothing runs fp16);
@@ -22,7 +22,6 @@ the GPU): upload, normalisation, the step, and the download. Frame 0 holds the s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -47,45 +46,23 @@ def read_frames(folder: Path, width: int, height: int) -> list[np.ndarray]:
 
 
 def run(net, frames, mask: np.ndarray, count: int, device: str, mode: str, warmup: int = 10) -> list[float]:
-    """Seconds per frame (frame 0 includes seeding) of `count` steps in `mode` (fp32 | amp)."""
+    """Seconds per frame (frame 0 includes seeding) of `count` steps in `mode` (fp32 | amp):
+    tools/matanyone2/reference.py's run_reference on `device`, autocast off (fp32) or float16 (amp,
+    on CUDA only; on the CPU amp runs as fp32)."""
     import torch
-    from tools.matanyone2 import network as N
-    N.import_upstream()
-    import matanyone2.utils.device as upstream_device
-    from matanyone2.inference.inference_core import InferenceCore
-    from matanyone2.utils.inference_utils import gen_dilate, gen_erosion
+    from tools.matanyone2.reference import run_reference
 
-    original = upstream_device._autocast_enabled
-    if mode == 'fp32':  # upstream's safe_autocast reads this at call time
-        upstream_device._autocast_enabled = lambda _device, _enabled: False
-    try:
-        N.reset_positional_caches(net)
-        core = InferenceCore(net, cfg=net.cfg, device=device)
-        m = gen_erosion(gen_dilate(mask, 10, 10), 10, 10)
-        mask_t = torch.from_numpy(np.asarray(m, dtype=np.float32)).to(device)
-        amp = torch.autocast('cuda', dtype=torch.float16) if (mode == 'amp' and device.startswith('cuda')) \
-            else contextlib.nullcontext()
-        times = []
-        with torch.inference_mode(), amp:
-            for ti in range(count):
-                start = time.perf_counter()
-                frame = torch.from_numpy(frames[ti % len(frames)]).to(device)
-                image = frame.permute(2, 0, 1).float() / 255.
-                if ti == 0:
-                    core.step(image, mask_t, objects=[1])
-                    for _ in range(warmup + 1):
-                        prob = core.step(image, first_frame_pred=True)
-                else:
-                    prob = core.step(image)
-                alpha = core.output_prob_to_mask(prob).float().cpu().numpy()
-                times.append(time.perf_counter() - start)
-                if not np.isfinite(alpha).all():
-                    print(f'upstream {mode}: non-finite alpha at frame {ti}', file=sys.stderr)
-        core.image_feature_store.no_warning = True
-        N.reset_positional_caches(net)
-        return times
-    finally:
-        upstream_device._autocast_enabled = original
+    times: list[float] = []
+
+    def frame_done(ti: int, alpha: np.ndarray, seconds: float) -> None:
+        times.append(seconds)
+        if not np.isfinite(alpha).all():
+            print(f'upstream {mode}: non-finite alpha at frame {ti}', file=sys.stderr)
+
+    amp = mode == 'amp' and device.startswith('cuda')
+    run_reference(net, frames, mask, warmup=warmup, device=device, autocast=torch.float16 if amp else None,
+                  count=count, on_frame=frame_done)
+    return times
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,7 @@ Output: float32 [T, H, W] alphas; frame 0's alpha is the last of the warm-up pas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -31,42 +32,81 @@ import numpy as np
 from . import media
 
 
-def run_reference(net, frames: np.ndarray, mask: np.ndarray, *, warmup: int = 10,
-                  dilate: int = 10, erode: int = 10, log=None) -> np.ndarray:
+def run_reference(net, frames, mask: np.ndarray, *, warmup: int = 10, dilate: int = 10, erode: int = 10,
+                  log=None, device: str = 'cpu', autocast=None, count: int | None = None,
+                  on_frame=None) -> np.ndarray:
     """Upstream InferenceCore, driven exactly like upstream's inference_matanyone2.py main():
     seed step with the (dilated, eroded) mask, warmup + 1 first-frame passes on frame 0, then one
-    step per frame. frames uint8 RGB [T,H,W,3], mask uint8 [H,W] -> alphas float32 [T,H,W]."""
+    step per frame. frames uint8 RGB [T,H,W,3] (or a sequence of [H,W,3]), mask uint8 [H,W] ->
+    alphas float32 [count,H,W].
+
+    device: where InferenceCore runs (a torch device: 'cpu', 'cuda', 'cuda:1'; it moves the network
+    there). autocast: None runs fp32 with autocast off, upstream's
+    safe_autocast included (it would switch autocast on for CUDA in process_video); a dtype
+    (torch.float16) runs every step under torch.autocast(<device type>, dtype), as upstream's
+    process_video does on a CUDA device. count: steps to run (default len(frames)); step i reads
+    frames[i % len(frames)], so a few frames can loop. on_frame(i, alpha, seconds), if given, is
+    called after each frame with its alpha (float32 [H,W], on the host) and the seconds from the
+    uint8 frame on the host to the alpha back on the host (upload, normalisation, the step(s), the
+    download; frame 0 includes the seed step and the warm-up passes)."""
     import torch
     from . import network as N
     N.import_upstream()
     from matanyone2.inference.inference_core import InferenceCore
     from matanyone2.utils.inference_utils import gen_dilate, gen_erosion
 
+    n = len(frames)
+    count = n if count is None else count
     N.reset_positional_caches(net)
-    core = InferenceCore(net, cfg=net.cfg, device='cpu')
+    core = InferenceCore(net, cfg=net.cfg, device=device)
     m = mask
     if dilate > 0:
         m = gen_dilate(m, dilate, dilate)
     if erode > 0:
         m = gen_erosion(m, erode, erode)
-    mask_t = torch.from_numpy(np.asarray(m, dtype=np.float32))
-    out = np.empty(frames.shape[:3], np.float32)
+    mask_t = torch.from_numpy(np.asarray(m, dtype=np.float32)).to(device)
+    out = np.empty((count, *frames[0].shape[:2]), np.float32)
     t0 = time.perf_counter()
-    with torch.inference_mode(), torch.amp.autocast('cpu', enabled=False):
-        for ti in range(frames.shape[0]):
-            image = torch.from_numpy(frames[ti]).permute(2, 0, 1).float() / 255.
+    with torch.inference_mode(), _autocast(torch.device(device).type, autocast):
+        for ti in range(count):
+            start = time.perf_counter()
+            frame = torch.from_numpy(frames[ti % n]).to(device)
+            image = frame.permute(2, 0, 1).float() / 255.
             if ti == 0:
                 core.step(image, mask_t, objects=[1])
                 for _ in range(warmup + 1):
                     prob = core.step(image, first_frame_pred=True)
             else:
                 prob = core.step(image)
-            out[ti] = core.output_prob_to_mask(prob).float().numpy()
+            alpha = core.output_prob_to_mask(prob).float().cpu().numpy()
+            seconds = time.perf_counter() - start  # before the copy into `out`
+            out[ti] = alpha
+            if on_frame:
+                on_frame(ti, alpha, seconds)
             if log:
                 log(f'reference frame {ti}: {time.perf_counter() - t0:.1f} s')
     core.image_feature_store.no_warning = True
     N.reset_positional_caches(net)
     return out
+
+
+@contextlib.contextmanager
+def _autocast(device_type: str, dtype):
+    """torch.autocast(device_type, dtype) for a dtype; for None autocast off, upstream's
+    safe_autocast included (its switch is read at call time, and on for CUDA)."""
+    import torch
+    import matanyone2.utils.device as upstream_device
+    if dtype is not None:
+        with torch.amp.autocast(device_type, dtype=dtype):
+            yield
+        return
+    original = upstream_device._autocast_enabled
+    upstream_device._autocast_enabled = lambda _device, _enabled: False
+    try:
+        with torch.amp.autocast(device_type, enabled=False):
+            yield
+    finally:
+        upstream_device._autocast_enabled = original
 
 
 def run_glue(model_dir, frames: np.ndarray, mask: np.ndarray, *, warmup: int = 10,

@@ -193,3 +193,61 @@ def test_reference_cli_runs_both(m2_models, m2_inputs, tmp_path):
     assert ref.shape == ours.shape == (3, 288, 512)
     assert out.with_suffix('.json').is_file()
     assert np.abs(ref - ours).max() <= MAX_TOL
+
+
+def test_reference_runner_options(m2_built, m2_inputs):
+    """run_reference's device/autocast/count/on_frame (what scripts/gpu-proof/upstream.py drives):
+    count loops a short list of frames, on_frame sees every alpha with its time, the default is the
+    plain fp32 run, autocast=dtype changes the numbers and upstream's safe_autocast switch is put back."""
+    import torch
+    from tools.matanyone2 import reference
+    import matanyone2.utils.device as upstream_device
+    frames, mask = m2_inputs[:2]
+    small = [np.ascontiguousarray(f[::4, ::4]) for f in frames[:2]]   # 72 x 128
+    smask = np.ascontiguousarray(mask[::4, ::4])
+    opts = dict(warmup=1, dilate=3, erode=3)
+    seen = []
+    switch = upstream_device._autocast_enabled
+    looped = reference.run_reference(m2_built.net, small, smask, device='cpu', count=5,
+                                     on_frame=lambda i, a, s: seen.append((i, a.copy(), s)), **opts)
+    assert upstream_device._autocast_enabled is switch
+    plain = reference.run_reference(m2_built.net, np.stack([small[i % 2] for i in range(5)]), smask, **opts)
+    assert looped.shape == plain.shape == (5, 72, 128)
+    assert np.array_equal(looped, plain)
+    assert [i for i, _, _ in seen] == list(range(5)) and all(s > 0 for _, _, s in seen)
+    assert all(np.array_equal(a, looped[i]) for i, a, _ in seen)
+    half = reference.run_reference(m2_built.net, small, smask, autocast=torch.bfloat16, count=3, **opts)
+    assert upstream_device._autocast_enabled is switch
+    assert np.isfinite(half).all() and not np.array_equal(half, plain[:3])
+
+
+def test_gpu_proof_upstream_script_on_the_cpu(m2_inputs, tmp_path):
+    """scripts/gpu-proof/upstream.py (run on the GPU machine by measure.py) on the CPU: its command
+    line and its JSON, as measure.py reads them."""
+    import json
+    import subprocess
+    import sys
+    from PIL import Image
+    from conftest import REPO
+    frames, mask = m2_inputs[:2]
+    folder = tmp_path / 'frames'
+    folder.mkdir()
+    for i in range(2):
+        rgb = frames[i, ::4, ::4]
+        bgra = np.concatenate([rgb[..., ::-1], np.full(rgb.shape[:2] + (1,), 255, np.uint8)], axis=-1)
+        np.ascontiguousarray(bgra).tofile(folder / f'{i:03d}.bgra')
+    Image.fromarray(np.ascontiguousarray(mask[::4, ::4])).save(tmp_path / 'mask.png')
+    out = tmp_path / 'upstream.json'
+    r = subprocess.run([sys.executable, str(REPO / 'scripts' / 'gpu-proof' / 'upstream.py'),
+                        '--frames-dir', str(folder), '--width', '128', '--height', '72', '--count', '4',
+                        '--skip', '1', '--mask', str(tmp_path / 'mask.png'), '--device', 'cpu',
+                        '--modes', 'fp32,amp', '--json', str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert 'upstream fp32:' in r.stdout and 'upstream amp:' in r.stdout and 'failed' not in r.stderr
+    info = json.loads(out.read_text())
+    assert info['device'] == 'cpu' and info['working_size'] == [128, 72] and info['count'] == 4
+    for mode in ('fp32', 'amp'):
+        result = info['modes'][mode]
+        assert result['frames_measured'] == 3 and result['seed_ms'] > 0
+        assert 0 < result['median_ms'] <= result['p95_ms'] and result['fps'] > 0
