@@ -185,6 +185,7 @@ final class MatteFilter {
         var options = EngineOptions(modelDir: settings.modelDir, runtimeLibrary: settings.runtimeLibrary)
         options.session.threads = Int(settings.threads)
         options.session.provider = settings.executionProvider
+        options.session.device = Int(settings.gpuDevice)
         options.precision = settings.precision
         options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
         var parameters = MatAnyone2Parameters()

@@ -133,6 +133,8 @@ struct Settings: Equatable {
     var runtimeLibrary = ""
     var threads: UInt32 = 0
     var executionProvider = ExecutionProvider.cpu
+    /// CUDA/TensorRT: which GPU (machines with several run one pipeline per GPU).
+    var gpuDevice: UInt32 = 0
     // MatAnyone2 (upstream defaults).
     var seed = SeedMode.auto
     var seedMask = ""
@@ -255,6 +257,9 @@ struct PropertyDeclaration {
                 "Path of libonnxruntime.so to load (empty: the one set-up installed, then the system's)", \.runtimeLibrary, .ready),
         .uint("threads", "Threads", "Inference threads (0 = one per core)", \.threads, 0...256, .ready),
         .enumeration("execution-provider", "Execution provider", "Where ONNX Runtime runs the models", \.executionProvider, .ready),
+        .uint("gpu-device", "GPU device",
+              "execution-provider=cuda/tensorrt/auto: which NVIDIA GPU runs the models (CUDA's numbering, as nvidia-smi "
+                  + "lists them unless CUDA_VISIBLE_DEVICES renumbers them)", \.gpuDevice, 0...63, .ready),
         .enumeration("seed", "Seed",
                      "How MatAnyone2 gets its first-frame mask (until seeded, frames pass through with alpha 255)", \.seed, .ready),
         .string("seed-mask", "Seed mask",

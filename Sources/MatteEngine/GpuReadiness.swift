@@ -78,6 +78,14 @@ public struct GpuReadiness: Equatable, Sendable {
         return problems
     }
 
+    /// Why GPU `index` cannot be used when the driver sees `devices` of them; nil when it can.
+    static func deviceProblem(_ index: Int, of devices: Int) -> String? {
+        guard index >= devices, devices > 0 else { return nil }
+        let range = devices == 1 ? "only gpu-device=0" : "gpu-device=0 to \(devices - 1)"
+        return "gpu-device=\(index) but the NVIDIA driver sees \(devices) GPU\(devices == 1 ? "" : "s") (\(range)); "
+            + "check nvidia-smi and CUDA_VISIBLE_DEVICES, which renumbers them"
+    }
+
     /// The PyPI wheel that carries a library (the names `scripts/setup.sh --gpu` installs).
     static func wheel(for soname: String) -> String? {
         let wheels: [(prefix: String, wheel: String)] = [
@@ -126,14 +134,16 @@ extension GpuReadiness {
 
     /// Probes and, when nothing is missing, loads every NVIDIA library the provider needs from the
     /// libraries folder, dependencies first, so that ONNX Runtime finds them already loaded (no
-    /// LD_LIBRARY_PATH, no system CUDA). Done once per process and provider.
-    static func prepare(provider: ExecutionProvider, runtimeLibrary: String) throws {
+    /// LD_LIBRARY_PATH, no system CUDA). Done once per process and provider. Returns how many GPUs
+    /// the driver sees.
+    @discardableResult
+    static func prepare(provider: ExecutionProvider, runtimeLibrary: String) throws -> Int {
         let key = "\(provider.rawValue) \(runtimeLibrary) \(libraryFolders(runtimeLibrary: runtimeLibrary))"
         preparedLock.lock()
         defer { preparedLock.unlock() }
         if let earlier = prepared[key] {
-            if earlier.isEmpty { return }
-            throw EngineError.gpuUnavailable(provider: provider.rawValue, problems: earlier)
+            if earlier.problems.isEmpty { return earlier.devices }
+            throw EngineError.gpuUnavailable(provider: provider.rawValue, problems: earlier.problems)
         }
         let (readiness, loadOrder) = probeAndPlan(provider: provider, runtimeLibrary: runtimeLibrary)
         var problems = readiness.problems
@@ -148,12 +158,15 @@ extension GpuReadiness {
             EngineLog.write(.info, "\(provider.rawValue): loaded \(loadOrder.count) NVIDIA libraries from "
                             + readiness.libraryFolders.joined(separator: ":"))
         }
-        prepared[key] = problems
+        var devices = 0
+        if case let .present(_, count, _, _) = readiness.driver { devices = count }
+        prepared[key] = (problems, devices)
         if !problems.isEmpty { throw EngineError.gpuUnavailable(provider: provider.rawValue, problems: problems) }
+        return devices
     }
 
     private static let preparedLock = NSLock()
-    nonisolated(unsafe) private static var prepared: [String: [String]] = [:]
+    nonisolated(unsafe) private static var prepared: [String: (problems: [String], devices: Int)] = [:]
 
     private static func probeAndPlan(provider: ExecutionProvider, runtimeLibrary: String) -> (readiness: GpuReadiness, loadOrder: [String]) {
         let directory = (runtimeLibrary as NSString).deletingLastPathComponent

@@ -83,7 +83,7 @@ public final class MatAnyone2Engine: MattingEngine {
                                            detail: "this engine needs a model set exported with dynamic sizes")
         }
         let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
-        var choice = try runtime.choose(options.session.provider)
+        var choice = try runtime.choose(options.session.provider, device: options.session.device)
         let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
         let sessions = try runtime.open(&choice) { provider in
             var config = options.session

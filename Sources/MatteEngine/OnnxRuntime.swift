@@ -126,8 +126,9 @@ public final class OnnxRuntime {
 
     /// The provider `requested` resolves to. A GPU provider is checked (and its NVIDIA libraries loaded)
     /// first: explicit, a problem is an error naming the fix; `auto` takes TensorRT, CUDA or OpenVINO,
-    /// whichever is ready first, else the CPU with the reason in `fallbackReason`.
-    public func choose(_ requested: ExecutionProvider) throws -> ProviderChoice {
+    /// whichever is ready first, else the CPU with the reason in `fallbackReason`. `device`: the GPU's
+    /// index (CUDA's numbering), which must be one the driver sees.
+    public func choose(_ requested: ExecutionProvider, device: Int = 0) throws -> ProviderChoice {
         let available = availableProviders()
         switch requested {
         case .cpu:
@@ -139,14 +140,20 @@ public final class OnnxRuntime {
                         + "\(libraryPath) (it has \(available.joined(separator: ", "))); install a build "
                         + "with it (scripts/setup.sh --gpu) or use execution-provider=cpu")
             }
-            if requested != .openvino { try GpuReadiness.prepare(provider: requested, runtimeLibrary: libraryPath) }
+            if requested != .openvino {
+                let devices = try GpuReadiness.prepare(provider: requested, runtimeLibrary: libraryPath)
+                if let problem = GpuReadiness.deviceProblem(device, of: devices) { throw EngineError.badSettings(detail: problem) }
+            }
             return ProviderChoice(requested: requested, provider: requested)
         case .auto:
             // TensorRT only when its (optional) libraries are there; why CUDA cannot run is the reason given.
             var reason = "the ONNX Runtime at \(libraryPath) has no GPU execution provider (install the GPU build with scripts/setup.sh --gpu)"
             for candidate in [ExecutionProvider.tensorrt, .cuda] where available.contains(candidate.ortName) {
                 do {
-                    try GpuReadiness.prepare(provider: candidate, runtimeLibrary: libraryPath)
+                    let devices = try GpuReadiness.prepare(provider: candidate, runtimeLibrary: libraryPath)
+                    if let problem = GpuReadiness.deviceProblem(device, of: devices) {
+                        throw EngineError.gpuUnavailable(provider: candidate.rawValue, problems: [problem])
+                    }
                     return ProviderChoice(requested: .auto, provider: candidate)
                 } catch {
                     EngineLog.write(.info, "execution-provider=auto: \(error)")
@@ -227,6 +234,9 @@ func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<C
 public struct SessionConfig: Equatable, Sendable {
     public var threads: Int = 0
     public var provider: ExecutionProvider = .cpu
+    /// CUDA/TensorRT: which GPU (CUDA's numbering, as nvidia-smi lists them unless CUDA_VISIBLE_DEVICES
+    /// renumbers them).
+    public var device = 0
     /// The model set's folder (TensorRT caches its engines in `tensorrt-cache/` there); set by
     /// `ModelManifest.openSession`.
     public var cacheDirectory: String?
@@ -300,7 +310,8 @@ public final class Tensor {
         let count = try Tensor.checkedCount(shape, name: name)
         var memoryInfo: OpaquePointer?
         let device = session.provider == .cuda || session.provider == .tensorrt ? "Cuda" : "Cpu"
-        try runtime.check(api.CreateMemoryInfo(device, OrtArenaAllocator, 0, OrtMemTypeDefault, &memoryInfo), "CreateMemoryInfo")
+        try runtime.check(api.CreateMemoryInfo(device, OrtArenaAllocator, Int32(session.device), OrtMemTypeDefault, &memoryInfo),
+                          "CreateMemoryInfo")
         var allocator: UnsafeMutablePointer<OrtAllocator>?
         do {
             try runtime.check(api.CreateAllocator(session.handle, memoryInfo, &allocator), "CreateAllocator")
@@ -421,6 +432,8 @@ public final class Session {
     public let outputs: [TensorSpec]
     /// The provider the session was created for (`auto` resolved).
     public let provider: ExecutionProvider
+    /// The GPU it runs on (CUDA/TensorRT).
+    public let device: Int
     let runtime: OnnxRuntime
     let handle: OpaquePointer
 
@@ -448,19 +461,20 @@ public final class Session {
         try check(api.SetInterOpNumThreads(options, 1), "SetInterOpNumThreads")
         try check(api.AddSessionConfigEntry(options, "session.intra_op.allow_spinning", "0"), "AddSessionConfigEntry")
         try check(api.AddSessionConfigEntry(options, "session.inter_op.allow_spinning", "0"), "AddSessionConfigEntry")
-        let provider = try runtime.choose(config.provider).provider
+        let provider = try runtime.choose(config.provider, device: config.device).provider
+        device = config.device
         self.provider = provider
         EngineLog.write(.info, "opening model '\(name)' (\(path), \(model.count) bytes) on \(provider.rawValue)")
         switch provider {
         case .cuda:
-            try Session.appendCUDA(api, options, check)
+            try Session.appendCUDA(api, options, device: config.device, check)
         case .tensorrt:
             var tensorrt: OpaquePointer?
             try check(api.CreateTensorRTProviderOptions(&tensorrt), "CreateTensorRTProviderOptions")
             defer { api.ReleaseTensorRTProviderOptions(tensorrt) }
             // Engines are built on the first run of each input shape (minutes) and cached beside the
             // model set; ONNX Runtime names each cache file by the model's hash and the shapes' profile.
-            var settings = ["trt_fp16_enable": config.fp16 ? "1" : "0"]
+            var settings = ["trt_fp16_enable": config.fp16 ? "1" : "0", "device_id": "\(config.device)"]
             if let cache = config.cacheDirectory {
                 let folder = cache + "/tensorrt-cache"
                 try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -474,7 +488,7 @@ public final class Session {
             }
             try check(api.SessionOptionsAppendExecutionProvider_TensorRT_V2(options, tensorrt), "SessionOptionsAppendExecutionProvider_TensorRT_V2")
             // Nodes TensorRT cannot take fall back to CUDA, then CPU.
-            try Session.appendCUDA(api, options, check)
+            try Session.appendCUDA(api, options, device: config.device, check)
         case .openvino:
             try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", nil, nil, 0), "SessionOptionsAppendExecutionProvider")
         case .cpu, .auto:
@@ -498,10 +512,16 @@ public final class Session {
 
     deinit { runtime.api.pointee.ReleaseSession(handle) }
 
-    private static func appendCUDA(_ api: OrtApi, _ options: OpaquePointer?, _ check: (OpaquePointer?, String) throws -> Void) throws {
+    private static func appendCUDA(_ api: OrtApi, _ options: OpaquePointer?, device: Int,
+                                   _ check: (OpaquePointer?, String) throws -> Void) throws {
         var cuda: OpaquePointer?
         try check(api.CreateCUDAProviderOptions(&cuda), "CreateCUDAProviderOptions")
         defer { api.ReleaseCUDAProviderOptions(cuda) }
+        try withCStrings(["device_id"]) { keys in
+            try withCStrings(["\(device)"]) { values in
+                try check(api.UpdateCUDAProviderOptions(cuda, keys, values, 1), "UpdateCUDAProviderOptions")
+            }
+        }
         try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
     }
 

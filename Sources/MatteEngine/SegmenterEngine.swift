@@ -28,7 +28,7 @@ public final class SegmenterEngine: MattingEngine {
         let manifest = try ModelManifest.load(directory: directory)
         try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
         let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
-        var choice = try runtime.choose(options.session.provider)
+        var choice = try runtime.choose(options.session.provider, device: options.session.device)
         let directory = directory  // the closure must not capture a half-built self
         session = try runtime.open(&choice) { provider in
             var config = options.session

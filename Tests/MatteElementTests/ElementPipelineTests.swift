@@ -267,6 +267,21 @@ import TestPaths
         #expect(run.reachedEOS)
     }
 
+    /// gpu-device: declared with its range, READY-only, and of no concern to the CPU provider.
+    @Test func gpuDeviceIsARangedReadyPropertyTheCpuIgnores() throws {
+        precondition(gstreamerReady)
+        let factory = try #require(gst_element_factory_make("matanyone", nil))
+        gst_object_ref_sink(factory)
+        defer { gst_object_unref(factory) }
+        let spec = try #require(g_object_class_find_property(
+            UnsafeMutableRawPointer(factory).assumingMemoryBound(to: GTypeInstance.self).pointee.g_class
+                .withMemoryRebound(to: GObjectClass.self, capacity: 1) { $0 }, "gpu-device"))
+        let range = UnsafeMutableRawPointer(spec).assumingMemoryBound(to: GParamSpecUInt.self).pointee
+        #expect(range.minimum == 0 && range.maximum == 63 && range.default_value == 0)
+        let run = runPipeline("\(synthetic(3)) ! \(element) gpu-device=5 ! video/x-raw,format=GRAY8 ! fakesink")
+        #expect(run.error == nil && run.reachedEOS)
+    }
+
     @Test func readyOnlyPropertyIsRefusedWhilePlaying() {
         let run = runPipeline(
             "\(synthetic(60)) ! \(element) name=m ! fakesink sync=true",

@@ -206,6 +206,16 @@ import TestPaths
         #expect(problems[1].contains("no NVIDIA driver") && problems[1].contains("CUDA itself need not be installed"))
     }
 
+    @Test func aGpuDeviceTheDriverDoesNotSeeIsNamedWithTheRangeThatExists() throws {
+        #expect(GpuReadiness.deviceProblem(0, of: 1) == nil && GpuReadiness.deviceProblem(3, of: 4) == nil)
+        let one = try #require(GpuReadiness.deviceProblem(1, of: 1))
+        #expect(one.contains("gpu-device=1") && one.contains("sees 1 GPU (only gpu-device=0)") && one.contains("CUDA_VISIBLE_DEVICES"))
+        let four = try #require(GpuReadiness.deviceProblem(7, of: 4))
+        #expect(four.contains("sees 4 GPUs (gpu-device=0 to 3)"))
+        // No GPU at all is the driver's problem, reported by `problems`, not a device number's.
+        #expect(GpuReadiness.deviceProblem(0, of: 0) == nil)
+    }
+
     @Test func aCpuOnlyRuntimeIsNotAGpuBuild() {
         let problems = readiness(driver: .missing("x"), providerPresent: false).problems
         #expect(problems[0].contains("libonnxruntime_providers_cuda.so is missing") && problems[0].contains("scripts/setup.sh --gpu"))
