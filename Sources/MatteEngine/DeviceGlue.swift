@@ -49,25 +49,25 @@ final class DeviceMemoryBank {
     /// `maxFrames` the oldest temporary frame goes.
     func add(key: Tensor, shrinkage frameShrinkage: Tensor, value: Tensor) throws {
         let hw = tokensPerFrame
-        if frames == maxFrames {
-            if maxFrames == 1 {
-                frames = 0
-            } else {
-                // Drop temporary frame 1 (the oldest): frames 2… move down one place, by way of `moving`.
-                let rows = (frames - 2) * hw
-                if rows > 0, let moving {
-                    let stay = try rowViews(from: 2 * hw, count: rows)
-                    let staging = [try moving.keys.view(shape: [rows, keyDim]), try moving.shrinkage.view(shape: [rows]),
-                                   try moving.values.view(shape: [rows, valueDim])]
-                    let destination = try rowViews(from: hw, count: rows)
-                    // The views own the OrtValues the runs take: they must live until the runs are over.
-                    try withExtendedLifetime((stay, staging, destination)) {
-                        try graphs.copy(zip(stay.map(\.value), staging.map(\.value)).map { (from: $0, to: $1) })
-                        try graphs.copy(zip(staging.map(\.value), destination.map(\.value)).map { (from: $0, to: $1) })
-                    }
+        switch MemoryBank.room(frames: frames, maxFrames: maxFrames, tokensPerFrame: hw) {
+        case .free:
+            break
+        case .startOver:
+            frames = 0
+        case let .dropOldestTemporary(movingRows: rows):
+            // Frames 2… move down one place, by way of `moving` (no overlapping copy).
+            if rows > 0, let moving {
+                let stay = try rowViews(from: 2 * hw, count: rows)
+                let staging = [try moving.keys.view(shape: [rows, keyDim]), try moving.shrinkage.view(shape: [rows]),
+                               try moving.values.view(shape: [rows, valueDim])]
+                let destination = try rowViews(from: hw, count: rows)
+                // The views own the OrtValues the runs take: they must live until the runs are over.
+                try withExtendedLifetime((stay, staging, destination)) {
+                    try graphs.copy(zip(stay.map(\.value), staging.map(\.value)).map { (from: $0, to: $1) })
+                    try graphs.copy(zip(staging.map(\.value), destination.map(\.value)).map { (from: $0, to: $1) })
                 }
-                frames -= 1
             }
+            frames -= 1
         }
         let rows = try rowViews(from: frames * hw, count: hw)
         let frame = [try key.view(shape: [keyDim, hw]), try frameShrinkage.view(shape: [hw]), try value.view(shape: [valueDim, hw])]

@@ -91,25 +91,38 @@ final class MemoryBank {
 
     func clear() { frames = 0 }
 
+    /// How a bank makes room for a new frame (upstream's FIFO, shared by both banks).
+    enum Room: Equatable {
+        /// Not full yet.
+        case free
+        /// One frame kept at most: the new one replaces it.
+        case startOver
+        /// Temporary frame 1 (the oldest) goes, the permanent frame 0 stays: the rows of frames 2…
+        /// (`movingRows` tokens) move down one frame.
+        case dropOldestTemporary(movingRows: Int)
+    }
+
+    static func room(frames: Int, maxFrames: Int, tokensPerFrame: Int) -> Room {
+        guard frames == maxFrames else { return .free }
+        return maxFrames == 1 ? .startOver : .dropOldestTemporary(movingRows: (frames - 2) * tokensPerFrame)
+    }
+
     /// Adds a frame: `key` [CK, HW] and `value` [CV, HW] channel-major as the models give them,
     /// `frameShrinkage` [HW]. The first frame of an empty bank is permanent; past `maxFrames` the
     /// oldest temporary frame goes.
     func add(key: UnsafePointer<Float>, shrinkage frameShrinkage: UnsafePointer<Float>, value: UnsafePointer<Float>) {
         let hw = tokensPerFrame
-        if frames == maxFrames {
-            if maxFrames == 1 {
-                frames = 0
-            } else {
-                // Drop temporary frame 1 (the oldest), keep the permanent frame 0.
-                let move = (frames - 2) * hw
-                keys.advanced(by: hw * keyDim).update(from: keys.advanced(by: 2 * hw * keyDim), count: move * keyDim)
-                keysSquared.advanced(by: hw * keyDim)
-                    .update(from: keysSquared.advanced(by: 2 * hw * keyDim), count: move * keyDim)
-                shrinkage.advanced(by: hw).update(from: shrinkage.advanced(by: 2 * hw), count: move)
-                values.advanced(by: hw * valueDim)
-                    .update(from: values.advanced(by: 2 * hw * valueDim), count: move * valueDim)
-                frames -= 1
-            }
+        switch MemoryBank.room(frames: frames, maxFrames: maxFrames, tokensPerFrame: hw) {
+        case .free:
+            break
+        case .startOver:
+            frames = 0
+        case let .dropOldestTemporary(movingRows: move):
+            keys.advanced(by: hw * keyDim).update(from: keys.advanced(by: 2 * hw * keyDim), count: move * keyDim)
+            keysSquared.advanced(by: hw * keyDim).update(from: keysSquared.advanced(by: 2 * hw * keyDim), count: move * keyDim)
+            shrinkage.advanced(by: hw).update(from: shrinkage.advanced(by: 2 * hw), count: move)
+            values.advanced(by: hw * valueDim).update(from: values.advanced(by: 2 * hw * valueDim), count: move * valueDim)
+            frames -= 1
         }
         let first = frames * hw
         for token in 0..<hw {
