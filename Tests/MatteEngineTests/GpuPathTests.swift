@@ -25,7 +25,7 @@ import TestPaths
 
     private func hostTensor(_ runtime: OnnxRuntime, _ values: [Float], _ shape: [Int]) throws -> Tensor {
         let tensor = try Tensor(runtime: runtime, shape: shape)
-        tensor.buffer.initialize(from: values)  // host storage
+        _ = tensor.buffer.initialize(from: values)  // host storage
         return tensor
     }
 
