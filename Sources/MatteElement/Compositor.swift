@@ -79,6 +79,42 @@ struct Compositor {
     /// 0 < α < 255: where an estimate replaces the frame's colour (`softOnly` passes touch only these).
     @inline(__always) static func isSoft(_ alpha: UInt8) -> Bool { alpha &- 1 < 254 }
 
+    /// `body(x)` for each pixel of a row, or only its soft ones: the whole-row loop has no test in
+    /// it, so that the compiler can vectorise the body.
+    @inline(__always) private static func forEachPixel(_ width: Int, softOnly: Bool, matte: UnsafePointer<UInt8>,
+                                                       _ body: (Int) -> Void) {
+        if softOnly {
+            for x in 0..<width where isSoft(matte[x]) { body(x) }
+        } else {
+            for x in 0..<width { body(x) }
+        }
+    }
+
+    /// (s·a + b·(255 − a) + 127) / 255 with `inverse` = 255 − a, in wrapping arithmetic (at most
+    /// 255² + 127: no overflow).
+    @inline(__always) private static func mix(_ s: UInt8, _ a: UInt32, _ b: UInt32, _ inverse: UInt32) -> UInt8 {
+        UInt8(truncatingIfNeeded: (UInt32(s) &* a &+ b &* inverse &+ 127) / 255)
+    }
+
+    /// `mix` for four BGRA pixels at once, in 16-bit lanes (s·a + b·(255 − a) + 127 ≤ 65152 fits;
+    /// x / 255 = (x + 1 + x >> 8) >> 8 exactly for x ≤ 65152, see PixelLogicTests): the whole-row
+    /// composites over a colour or an image, where the scalar loop's byte stores are the cost.
+    /// `under`: four BGRA pixels of what lies beneath. Output alpha 255, R and B swapped for RGBA.
+    @inline(__always) private static func mixFour(_ source: UnsafePointer<UInt8>, over under: SIMD16<UInt16>,
+                                                  alpha matte: UnsafePointer<UInt8>, into output: UnsafeMutablePointer<UInt8>,
+                                                  rgba: Bool) {
+        let s = SIMD16<UInt16>(truncatingIfNeeded: UnsafeRawPointer(source).loadUnaligned(as: SIMD16<UInt8>.self))
+        let (a0, a1, a2, a3) = (UInt16(matte[0]), UInt16(matte[1]), UInt16(matte[2]), UInt16(matte[3]))
+        let a = SIMD16<UInt16>(a0, a0, a0, a0, a1, a1, a1, a1, a2, a2, a2, a2, a3, a3, a3, a3)
+        let x = s &* a &+ under &* (255 &- a) &+ 127
+        var q = (x &+ 1 &+ (x &>> 8)) &>> 8
+        if rgba {
+            q = SIMD16(q[2], q[1], q[0], q[3], q[6], q[5], q[4], q[7], q[10], q[9], q[8], q[11], q[14], q[13], q[12], q[15])
+        }
+        q.replace(with: 255, where: SIMD16<UInt16>.alphaLanes)
+        UnsafeMutableRawPointer(output).storeBytes(of: SIMD16<UInt8>(truncatingIfNeeded: q), as: SIMD16<UInt8>.self)
+    }
+
     /// The frame with alpha = matte (straight alpha).
     static func attachAlpha(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
                             outputStride: Int, format: CompositeFormat, softOnly: Bool = false) {
@@ -87,7 +123,29 @@ struct Compositor {
             let source = frame.base + y * frame.stride
             let matte = alpha.base + y * alpha.stride
             let out = output + y * outputStride
-            for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
+            var first16 = 0
+            if !softOnly {
+                // Sixteen pixels at a time: the colour bytes as they are (R and B swapped for RGBA), the
+                // matte in each alpha byte.
+                while first16 + 16 <= frame.width {
+                    for quad in 0..<4 {
+                        let x = first16 + 4 * quad
+                        var pixels = UnsafeRawPointer(source + 4 * x).loadUnaligned(as: SIMD16<UInt8>.self)
+                        if format == .rgba {
+                            pixels = SIMD16(pixels[2], pixels[1], pixels[0], 0, pixels[6], pixels[5], pixels[4], 0,
+                                            pixels[10], pixels[9], pixels[8], 0, pixels[14], pixels[13], pixels[12], 0)
+                        }
+                        pixels[3] = matte[x]
+                        pixels[7] = matte[x + 1]
+                        pixels[11] = matte[x + 2]
+                        pixels[15] = matte[x + 3]
+                        UnsafeMutableRawPointer(out + 4 * x).storeBytes(of: pixels, as: SIMD16<UInt8>.self)
+                    }
+                    first16 += 16
+                }
+            }
+            forEachPixel(frame.width - first16, softOnly: softOnly, matte: matte + first16) { i in
+                let x = first16 + i
                 let s = source + 4 * x, o = out + 4 * x
                 o[first] = s[0]
                 o[1] = s[1]
@@ -110,12 +168,23 @@ struct Compositor {
                 let source = frame.base + y * frame.stride
                 let matte = alpha.base + y * alpha.stride
                 let out = output + y * outputStride
-                for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
+                let (blue, green, red) = (UInt32(backgroundRGB.2), UInt32(backgroundRGB.1), UInt32(backgroundRGB.0))
+                var first4 = 0
+                if !softOnly {
+                    let under = SIMD16<UInt16>(UInt16(blue), UInt16(green), UInt16(red), 0, UInt16(blue), UInt16(green), UInt16(red), 0,
+                                               UInt16(blue), UInt16(green), UInt16(red), 0, UInt16(blue), UInt16(green), UInt16(red), 0)
+                    while first4 + 4 <= frame.width {
+                        mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: format == .rgba)
+                        first4 += 4
+                    }
+                }
+                forEachPixel(frame.width - first4, softOnly: softOnly, matte: matte + first4) { i in
+                    let x = first4 + i
                     let s = source + 4 * x, o = out + 4 * x
-                    let a = UInt32(matte[x]), inverse = 255 - a
-                    o[first] = UInt8((UInt32(s[0]) * a + UInt32(backgroundRGB.2) * inverse + 127) / 255)
-                    o[1] = UInt8((UInt32(s[1]) * a + UInt32(backgroundRGB.1) * inverse + 127) / 255)
-                    o[third] = UInt8((UInt32(s[2]) * a + UInt32(backgroundRGB.0) * inverse + 127) / 255)
+                    let a = UInt32(matte[x]), inverse = 255 &- a
+                    o[first] = mix(s[0], a, blue, inverse)
+                    o[1] = mix(s[1], a, green, inverse)
+                    o[third] = mix(s[2], a, red, inverse)
                     o[3] = 255
                 }
             }
@@ -157,12 +226,21 @@ struct Compositor {
             let back = under.base + y * under.stride
             let matte = alpha.base + y * alpha.stride
             let out = output + y * outputStride
-            for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
+            var first4 = 0
+            if !softOnly {
+                while first4 + 4 <= frame.width {
+                    let under = SIMD16<UInt16>(truncatingIfNeeded: UnsafeRawPointer(back + 4 * first4).loadUnaligned(as: SIMD16<UInt8>.self))
+                    mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: format == .rgba)
+                    first4 += 4
+                }
+            }
+            forEachPixel(frame.width - first4, softOnly: softOnly, matte: matte + first4) { i in
+                let x = first4 + i
                 let s = source + 4 * x, b = back + 4 * x, o = out + 4 * x
-                let a = UInt32(matte[x]), inverse = 255 - a
-                o[first] = UInt8((UInt32(s[0]) * a + UInt32(b[0]) * inverse + 127) / 255)
-                o[1] = UInt8((UInt32(s[1]) * a + UInt32(b[1]) * inverse + 127) / 255)
-                o[third] = UInt8((UInt32(s[2]) * a + UInt32(b[2]) * inverse + 127) / 255)
+                let a = UInt32(matte[x]), inverse = 255 &- a
+                o[first] = mix(s[0], a, UInt32(b[0]), inverse)
+                o[1] = mix(s[1], a, UInt32(b[1]), inverse)
+                o[third] = mix(s[2], a, UInt32(b[2]), inverse)
                 o[3] = 255
             }
         }
@@ -248,4 +326,10 @@ struct Compositor {
             for x in 0..<rowLength { sums[x] = sums[x] &+ Int32(entering[x]) &- Int32(leaving[x]) }
         }
     }
+}
+
+private extension SIMD16 where Scalar == UInt16 {
+    /// The alpha byte of each of four BGRA pixels.
+    static let alphaLanes: SIMDMask<SIMD16<Int16>> = [false, false, false, true, false, false, false, true,
+                                                      false, false, false, true, false, false, false, true]
 }

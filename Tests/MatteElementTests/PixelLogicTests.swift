@@ -80,6 +80,63 @@ struct PixelLogicTests {
         }
     }
 
+    /// The whole-row composites work four or sixteen pixels at a time and the rest one by one: every
+    /// width, both byte orders and each kind give the per-pixel formulas' bytes, and the soft-only
+    /// passes touch only soft pixels.
+    @Test(arguments: [1, 3, 4, 5, 15, 16, 17, 33, 259])
+    func compositeRowsGiveThePerPixelBytesAtEveryWidth(width: Int) {
+        var generator = SystemRandomNumberGenerator()
+        let height = 3
+        let frame = (0..<width * height * 4).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let under = (0..<width * height * 4).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        // Mattes with many 0s and 255s (the soft-only passes skip those) and every value in between.
+        let matte = (0..<width * height).map { _ in [0, 255, UInt8.random(in: 0...255, using: &generator)][Int.random(in: 0...2)] }
+        let color: UInt32 = 0xFF12_C456
+        for format in [CompositeFormat.bgra, .rgba] {
+            for softOnly in [false, true] {
+                let (first, third) = format == .bgra ? (0, 2) : (2, 0)
+                let sentinel: UInt8 = 7
+                var attached = [UInt8](repeating: sentinel, count: frame.count), overColor = attached, overImage = attached
+                frame.withUnsafeBufferPointer { f in
+                    under.withUnsafeBufferPointer { u in
+                        matte.withUnsafeBufferPointer { m in
+                            let image = BGRAImage(base: f.baseAddress!, width: width, height: height, stride: width * 4)
+                            let plane = GrayImage(base: UnsafeMutablePointer(mutating: m.baseAddress!), width: width, height: height, stride: width)
+                            Compositor.attachAlpha(frame: image, alpha: plane, output: &attached, outputStride: width * 4,
+                                                   format: format, softOnly: softOnly)
+                            Compositor.flattenOverColor(frame: image, alpha: plane, output: &overColor, outputStride: width * 4,
+                                                        format: format, color: color, softOnly: softOnly)
+                            Compositor.flatten(frame: image, over: BGRAImage(base: u.baseAddress!, width: width, height: height, stride: width * 4),
+                                               alpha: plane, output: &overImage, outputStride: width * 4, format: format, softOnly: softOnly)
+                        }
+                    }
+                }
+                let colour = [Int(color & 0xFF), Int((color >> 8) & 0xFF), Int((color >> 16) & 0xFF)]  // B, G, R
+                var wrong = 0
+                for i in matte.indices {
+                    let a = Int(matte[i])
+                    let touched = !softOnly || Compositor.isSoft(matte[i])
+                    for (c, position) in [(0, first), (1, 1), (2, third)] {
+                        let s = Int(frame[4 * i + c])
+                        let expected = (attached: s, color: (s * a + colour[c] * (255 - a) + 127) / 255,
+                                        image: (s * a + Int(under[4 * i + c]) * (255 - a) + 127) / 255)
+                        if Int(attached[4 * i + position]) != (touched ? expected.attached : Int(sentinel)) { wrong += 1 }
+                        if Int(overColor[4 * i + position]) != (touched ? expected.color : Int(sentinel)) { wrong += 1 }
+                        if Int(overImage[4 * i + position]) != (touched ? expected.image : Int(sentinel)) { wrong += 1 }
+                    }
+                    if attached[4 * i + 3] != (touched ? matte[i] : sentinel) { wrong += 1 }
+                    if overColor[4 * i + 3] != (touched ? 255 : sentinel) || overImage[4 * i + 3] != (touched ? 255 : sentinel) { wrong += 1 }
+                }
+                #expect(wrong == 0, "width \(width), \(format), softOnly \(softOnly)")
+            }
+        }
+    }
+
+    /// The 16-bit division the vector path uses, x / 255 = (x + 1 + x >> 8) >> 8, for every x it meets.
+    @Test func divisionBy255InSixteenBitsIsExactForEveryBlend() {
+        #expect((0...(255 * 255 + 127)).allSatisfy { x in (x + 1 + (x >> 8)) >> 8 == x / 255 && x + 1 + (x >> 8) < 65536 })
+    }
+
     @Test func latencyTrackerReportsAHighPercentileAndDetectsDrift() {
         var tracker = LatencyTracker(window: 16)
         #expect(tracker.answer(fallbackMs: 12) == 12)
