@@ -280,50 +280,57 @@ struct Compositor {
     /// `windowMeans[sum]`: the rounded mean of a blur window with that sum.
     private var windowMeans: [UInt8] = []
 
-    /// Box filter along each row (running sums, edges clamped); B, G, R only, side by side.
+    /// Box filter along each row (running sums, edges clamped); B, G, R only, side by side. Rows are
+    /// independent: slices of them run concurrently.
     private static func horizontalBox(from source: UnsafePointer<UInt8>, stride: Int, to destination: UnsafeMutablePointer<UInt16>,
                                       width: Int, height: Int, radius: Int, means: UnsafePointer<UInt8>) {
-        for y in 0..<height {
-            let row = source + y * stride
-            let out = destination + y * width * 4
-            var blue = 0, green = 0, red = 0
-            for i in -radius...radius {
-                let pixel = row + min(max(i, 0), width - 1) * 4
-                blue &+= Int(pixel[0])
-                green &+= Int(pixel[1])
-                red &+= Int(pixel[2])
-            }
-            for x in 0..<width {
-                let o = out + x * 4
-                o[0] = UInt16(means[blue])
-                o[1] = UInt16(means[green])
-                o[2] = UInt16(means[red])
-                let entering = row + min(x + radius + 1, width - 1) * 4, leaving = row + max(x - radius, 0) * 4
-                // (Wrapping arithmetic: sums stay within 255 × the window; no overflow checks in the loop.)
-                blue = blue &+ Int(entering[0]) &- Int(leaving[0])
-                green = green &+ Int(entering[1]) &- Int(leaving[1])
-                red = red &+ Int(entering[2]) &- Int(leaving[2])
+        Resampler.forEachSlice(of: height, slices: Resampler.slices(work: width * height)) { rows, _ in
+            for y in rows {
+                let row = source + y * stride
+                let out = destination + y * width * 4
+                var blue = 0, green = 0, red = 0
+                for i in -radius...radius {
+                    let pixel = row + min(max(i, 0), width - 1) * 4
+                    blue &+= Int(pixel[0])
+                    green &+= Int(pixel[1])
+                    red &+= Int(pixel[2])
+                }
+                for x in 0..<width {
+                    let o = out + x * 4
+                    o[0] = UInt16(means[blue])
+                    o[1] = UInt16(means[green])
+                    o[2] = UInt16(means[red])
+                    let entering = row + min(x + radius + 1, width - 1) * 4, leaving = row + max(x - radius, 0) * 4
+                    // (Wrapping arithmetic: sums stay within 255 × the window; no overflow checks in the loop.)
+                    blue = blue &+ Int(entering[0]) &- Int(leaving[0])
+                    green = green &+ Int(entering[1]) &- Int(leaving[1])
+                    red = red &+ Int(entering[2]) &- Int(leaving[2])
+                }
             }
         }
     }
 
     /// Box filter along columns, row by row with a running sum per column (cache friendly); alpha 255.
+    /// Columns are independent: slices of them (each with its own sums) run concurrently.
     private static func verticalBox(from source: UnsafePointer<UInt16>, to destination: UnsafeMutablePointer<UInt8>,
                                     sums: UnsafeMutablePointer<Int32>, width: Int, height: Int, radius: Int,
                                     means: UnsafePointer<UInt8>) {
         let rowLength = width * 4
-        sums.update(repeating: 0, count: rowLength)
-        for i in -radius...radius {
-            let row = source + min(max(i, 0), height - 1) * rowLength
-            for x in 0..<rowLength { sums[x] &+= Int32(row[x]) }
-        }
-        for y in 0..<height {
-            let out = destination + y * rowLength
-            for x in 0..<rowLength { out[x] = means[Int(sums[x])] }
-            for x in 0..<width { out[x * 4 + 3] = 255 }
-            let entering = source + min(y + radius + 1, height - 1) * rowLength
-            let leaving = source + max(y - radius, 0) * rowLength
-            for x in 0..<rowLength { sums[x] = sums[x] &+ Int32(entering[x]) &- Int32(leaving[x]) }
+        Resampler.forEachSlice(of: width, slices: Resampler.slices(work: width * height)) { pixels, _ in
+            let columns = (4 * pixels.lowerBound)..<(4 * pixels.upperBound)
+            for x in columns { sums[x] = 0 }
+            for i in -radius...radius {
+                let row = source + min(max(i, 0), height - 1) * rowLength
+                for x in columns { sums[x] &+= Int32(row[x]) }
+            }
+            for y in 0..<height {
+                let out = destination + y * rowLength
+                for x in columns { out[x] = means[Int(sums[x])] }
+                for x in pixels { out[x * 4 + 3] = 255 }
+                let entering = source + min(y + radius + 1, height - 1) * rowLength
+                let leaving = source + max(y - radius, 0) * rowLength
+                for x in columns { sums[x] = sums[x] &+ Int32(entering[x]) &- Int32(leaving[x]) }
+            }
         }
     }
 }

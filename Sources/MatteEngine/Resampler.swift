@@ -219,14 +219,14 @@ public final class Resampler {
     /// microseconds), four per core (up to four cores) for large ones. More slices than cores, taken
     /// as threads come free: in a pipeline the decoder often holds a core, and an even split would
     /// wait for the slice that lost it.
-    static func slices(work: Int) -> Int {
+    public static func slices(work: Int) -> Int {
         let cores = min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 4)
         return work >= 500_000 && cores > 1 ? 4 * cores : 1
     }
 
     /// Runs `body` over `slices` contiguous slices of 0..<count (with the slice's index, for its
     /// scratch), concurrently when there are several.
-    static func forEachSlice(of count: Int, slices: Int, _ body: (Range<Int>, Int) -> Void) {
+    public static func forEachSlice(of count: Int, slices: Int, _ body: (Range<Int>, Int) -> Void) {
         guard slices > 1, count > 1 else {
             body(0..<count, 0)
             return
