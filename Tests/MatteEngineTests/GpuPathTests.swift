@@ -164,6 +164,33 @@ import TestPaths
         #expect(swift.last!.contains { $0 > 0.5 } && swift.last!.contains { $0 < 0.5 }, "a blank alpha would match anything")
     }
 
+    /// A new frame size rebuilds the cores and their device state (bank, graphs' tensors): the device
+    /// path goes on matching the host path, seeding again at the new size.
+    @Test func theDevicePathSurvivesASizeChange() throws {
+        var generator = SplitMix(seed: 11)
+        func frames(_ width: Int, _ height: Int, _ count: Int) -> [[UInt8]] {
+            (0..<count).map { _ in (0..<width * height * 4).map { _ in UInt8(generator.unit() * 255) } }
+        }
+        let (small, other) = (frames(96, 64, 3), frames(64, 96, 3))
+        let mask = [UInt8](repeating: 255, count: 16)  // everything, resized to each frame
+        var parameters = MatAnyone2Parameters()
+        (parameters.warmup, parameters.memEvery, parameters.maxMemFrames) = (1, 1, 2)
+        func run(_ placement: DataPlacement) throws -> [[Float]] {
+            var options = EngineOptions(modelDir: TestPaths.modelDir)
+            options.dataPlacement = placement
+            let engine = try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: 64,
+                                              seed: .mask(pixels: mask, width: 4, height: 4))
+            var alphas = try workingAlphas(engine, small, width: 96, height: 64)
+            alphas += try workingAlphas(engine, other, width: 64, height: 96)
+            alphas += try workingAlphas(engine, small, width: 96, height: 64)
+            return alphas
+        }
+        let host = try run(.host), device = try run(.device)
+        #expect(host.count == 9 && device.count == 9)
+        let worst = zip(host, device).flatMap { zip($0, $1).map { Double(abs($0 - $1)) } }.max() ?? .infinity
+        #expect(worst <= 1e-4, "max |Δα| \(worst)")
+    }
+
     // MARK: Why a GPU provider cannot run
 
     private func readiness(driver: GpuReadiness.Driver, missing: [String] = [], providerPresent: Bool = true,
