@@ -106,7 +106,7 @@ final class ForegroundEstimator {
         let tileList = tiles, quarter = storedLevels[0]
         let tileBytes = tileSize * tileSize * 4
         let output = foregroundTiles
-        ForegroundEstimator.forEachSlice(count: tileList.count, slices: slices) { range, slice in
+        Resampler.forEachSlice(of: tileList.count, slices: slices) { range, slice in
             let scratch = sliceScratch[slice]
             for index in range {
                 finishTile(tileList[index], frame: frame, alpha: alpha, quarter: quarter, scratch: scratch,
@@ -161,7 +161,7 @@ final class ForegroundEstimator {
         let low = Self.softAlpha.lowerBound, span = Self.softAlpha.upperBound - low
         softTileGrid.withUnsafeMutableBufferPointer { grid in
             let grid = grid.baseAddress!
-            ForegroundEstimator.forEachSlice(count: tileRows, slices: slices) { tileRows, _ in
+            Resampler.forEachSlice(of: tileRows, slices: slices) { tileRows, _ in
                 for tileY in tileRows {
                     let rows = (tileY * size)..<min((tileY + 1) * size, height)
                     for tileX in 0..<columns {
@@ -211,7 +211,7 @@ final class ForegroundEstimator {
         let width = self.width, height = self.height
         let sums = rowSums
         let toFloat = 1 / Float(2 * scale)
-        ForegroundEstimator.forEachSlice(count: segments.count, slices: segments.count > 64 ? slices : 1) { range, slice in
+        Resampler.forEachSlice(of: segments.count, slices: segments.count > 64 ? slices : 1) { range, slice in
             let colourSums = sums[slice], alphaSums = sums[slice] + width * 4
             for segment in segments[range] {
                 let top = min(segment.y * scale + scale / 2 - 1, height - 1)
@@ -278,7 +278,7 @@ final class ForegroundEstimator {
             let slices = pixels >= 16_384 ? self.slices : 1
             for _ in 0..<sweeps {
                 let source = level.solution, planes = level.planes
-                ForegroundEstimator.forEachSlice(count: sweepSegments.count, slices: slices) { range, _ in
+                Resampler.forEachSlice(of: sweepSegments.count, slices: slices) { range, _ in
                     for segment in sweepSegments[range] {
                         ForegroundEstimator.relax(planes, from: source, row: segment.y + 1,
                                                   columns: (segment.columns.lowerBound + 1)..<(segment.columns.upperBound + 1),
@@ -559,19 +559,6 @@ final class ForegroundEstimator {
         var high = Lanes(repeating: 255)
         high.replace(with: low, where: low .< high)
         return high
-    }
-
-    /// Runs `body` over `slices` contiguous parts of 0..<count (with the part's index, for its scratch).
-    static func forEachSlice(count: Int, slices: Int, _ body: (Range<Int>, Int) -> Void) {
-        guard slices > 1, count > 1 else {
-            if count > 0 { body(0..<count, 0) }
-            return
-        }
-        let step = (count + slices - 1) / slices
-        DispatchQueue.concurrentPerform(iterations: slices) { slice in
-            let part = min(slice * step, count)..<min((slice + 1) * step, count)
-            if !part.isEmpty { body(part, slice) }
-        }
     }
 }
 

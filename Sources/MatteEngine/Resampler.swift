@@ -225,10 +225,10 @@ public final class Resampler {
     }
 
     /// Runs `body` over `slices` contiguous slices of 0..<count (with the slice's index, for its
-    /// scratch), concurrently when there are several.
+    /// scratch), concurrently when there are several; never with an empty slice.
     public static func forEachSlice(of count: Int, slices: Int, _ body: (Range<Int>, Int) -> Void) {
         guard slices > 1, count > 1 else {
-            body(0..<count, 0)
+            if count > 0 { body(0..<count, 0) }
             return
         }
         let step = (count + slices - 1) / slices
