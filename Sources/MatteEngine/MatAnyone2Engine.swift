@@ -106,7 +106,8 @@ public final class MatAnyone2Engine: MattingEngine {
         // On a GPU the glue's arithmetic and the memory read run there too (see DeviceGraphs), so
         // that only the frame goes up and the alpha comes down.
         let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
-        onDevice = options.dataPlacement == .device || (options.dataPlacement == .automatic && provider != .cpu)
+        // (OpenVINO runs on the host's memory: the host path, which Swift does fastest there.)
+        onDevice = options.dataPlacement == .device || (options.dataPlacement == .automatic && [.cuda, .tensorrt].contains(provider))
         if onDevice {
             var config = options.session
             // TensorRT would build an engine for every shape of these tiny graphs (the bank grows frame by

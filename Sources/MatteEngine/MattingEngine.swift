@@ -33,7 +33,7 @@ public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameter
 /// Where MatAnyone2 keeps its data between models: on the models' device (a GPU's memory, with the
 /// memory read as an ONNX graph there) or in host memory (the memory read in Swift with BLAS).
 public enum DataPlacement: String, Sendable {
-    /// On the device when the models run on a GPU, else in host memory.
+    /// On the device when the models run on an NVIDIA GPU (CUDA, TensorRT), else in host memory.
     case automatic
     /// Host memory, the memory read in Swift.
     case host

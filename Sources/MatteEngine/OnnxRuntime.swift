@@ -309,9 +309,9 @@ public final class Tensor {
         let api = runtime.api.pointee
         let count = try Tensor.checkedCount(shape, name: name)
         var memoryInfo: OpaquePointer?
-        let device = session.provider == .cuda || session.provider == .tensorrt ? "Cuda" : "Cpu"
-        try runtime.check(api.CreateMemoryInfo(device, OrtArenaAllocator, Int32(session.device), OrtMemTypeDefault, &memoryInfo),
-                          "CreateMemoryInfo")
+        let gpu = session.provider == .cuda || session.provider == .tensorrt
+        try runtime.check(api.CreateMemoryInfo(gpu ? "Cuda" : "Cpu", OrtArenaAllocator, gpu ? Int32(session.device) : 0,
+                                               OrtMemTypeDefault, &memoryInfo), "CreateMemoryInfo")
         var allocator: UnsafeMutablePointer<OrtAllocator>?
         do {
             try runtime.check(api.CreateAllocator(session.handle, memoryInfo, &allocator), "CreateAllocator")
