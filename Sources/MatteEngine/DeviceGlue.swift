@@ -49,13 +49,8 @@ final class DeviceMemoryBank {
     /// `maxFrames` the oldest temporary frame goes.
     func add(key: Tensor, shrinkage frameShrinkage: Tensor, value: Tensor) throws {
         let hw = tokensPerFrame
-        switch MemoryBank.room(frames: frames, maxFrames: maxFrames, tokensPerFrame: hw) {
-        case .free:
-            break
-        case .startOver:
-            frames = 0
-        case let .dropOldestTemporary(movingRows: rows):
-            // Frames 2… move down one place, by way of `moving` (no overlapping copy).
+        frames = try MemoryBank.makeRoom(frames: frames, maxFrames: maxFrames, tokensPerFrame: hw) { rows in
+            // By way of `moving`: no copy between overlapping ranges.
             if rows > 0, let moving {
                 let stay = try rowViews(from: 2 * hw, count: rows)
                 let staging = [try moving.keys.view(shape: [rows, keyDim]), try moving.shrinkage.view(shape: [rows]),
@@ -67,7 +62,6 @@ final class DeviceMemoryBank {
                     try graphs.copy(zip(staging.map(\.value), destination.map(\.value)).map { (from: $0, to: $1) })
                 }
             }
-            frames -= 1
         }
         let rows = try rowViews(from: frames * hw, count: hw)
         let frame = [try key.view(shape: [keyDim, hw]), try frameShrinkage.view(shape: [hw]), try value.view(shape: [valueDim, hw])]

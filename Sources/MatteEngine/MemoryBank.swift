@@ -91,20 +91,15 @@ final class MemoryBank {
 
     func clear() { frames = 0 }
 
-    /// How a bank makes room for a new frame (upstream's FIFO, shared by both banks).
-    enum Room: Equatable {
-        /// Not full yet.
-        case free
-        /// One frame kept at most: the new one replaces it.
-        case startOver
-        /// Temporary frame 1 (the oldest) goes, the permanent frame 0 stays: the rows of frames 2…
-        /// (`movingRows` tokens) move down one frame.
-        case dropOldestTemporary(movingRows: Int)
-    }
-
-    static func room(frames: Int, maxFrames: Int, tokensPerFrame: Int) -> Room {
-        guard frames == maxFrames else { return .free }
-        return maxFrames == 1 ? .startOver : .dropOldestTemporary(movingRows: (frames - 2) * tokensPerFrame)
+    /// How a bank of `frames` makes room for a new one (upstream's FIFO, for both banks): nothing to
+    /// do until it is full; then with one frame kept the new one replaces it, else temporary frame 1
+    /// (the oldest) goes and the permanent frame 0 stays: `moveDown(rows)` moves the rows of frames
+    /// 2… (that many tokens) down one frame. Returns the frames left.
+    static func makeRoom(frames: Int, maxFrames: Int, tokensPerFrame: Int, moveDown: (Int) throws -> Void) rethrows -> Int {
+        guard frames == maxFrames else { return frames }
+        if maxFrames == 1 { return 0 }
+        try moveDown((frames - 2) * tokensPerFrame)
+        return frames - 1
     }
 
     /// Adds a frame: `key` [CK, HW] and `value` [CV, HW] channel-major as the models give them,
@@ -112,17 +107,11 @@ final class MemoryBank {
     /// oldest temporary frame goes.
     func add(key: UnsafePointer<Float>, shrinkage frameShrinkage: UnsafePointer<Float>, value: UnsafePointer<Float>) {
         let hw = tokensPerFrame
-        switch MemoryBank.room(frames: frames, maxFrames: maxFrames, tokensPerFrame: hw) {
-        case .free:
-            break
-        case .startOver:
-            frames = 0
-        case let .dropOldestTemporary(movingRows: move):
+        frames = MemoryBank.makeRoom(frames: frames, maxFrames: maxFrames, tokensPerFrame: hw) { move in
             keys.advanced(by: hw * keyDim).update(from: keys.advanced(by: 2 * hw * keyDim), count: move * keyDim)
             keysSquared.advanced(by: hw * keyDim).update(from: keysSquared.advanced(by: 2 * hw * keyDim), count: move * keyDim)
             shrinkage.advanced(by: hw).update(from: shrinkage.advanced(by: 2 * hw), count: move)
             values.advanced(by: hw * valueDim).update(from: values.advanced(by: 2 * hw * valueDim), count: move * valueDim)
-            frames -= 1
         }
         let first = frames * hw
         for token in 0..<hw {
