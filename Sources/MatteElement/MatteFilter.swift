@@ -547,6 +547,7 @@ final class MatteFilter {
         shim_structure_set_string(stats, "engine", engine.kind.rawValue)
         shim_structure_set_string(stats, "precision", engine.precision.rawValue)
         shim_structure_set_string(stats, "provider", engine.provider.rawValue)
+        shim_structure_set_string(stats, "data", engine.dataOnDevice ? "device" : "host")
         shim_structure_set_string(stats, "mode", state.async == nil ? "sync" : "async")
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
         shim_structure_set_double(stats, "inference-ms", report.inferenceMs)

@@ -149,6 +149,7 @@ public final class MatAnyone2Engine: MattingEngine {
     /// Whether data stays on the models' device: every tensor but the frame in memory the runtime
     /// allocates there, the glue's arithmetic and the memory read as graphs run there (else Swift + BLAS).
     public let onDevice: Bool
+    public var dataOnDevice: Bool { onDevice }
     /// The current working size's tensors are in the provider's memory (tests).
     var tensorsOnDevice: Bool { core?.onDevice ?? false }
     /// Bytes the glue moved between host and device so far (tests; 0 on the host path).

@@ -114,6 +114,9 @@ public protocol MattingEngine: AnyObject {
     var provider: ExecutionProvider { get }
     /// Why execution-provider=auto runs on the CPU (nil when it does not), for one warning.
     var providerNote: String? { get }
+    /// Whether the data between models stays in the provider's memory (on a GPU: only the frame goes
+    /// up and the alpha comes down).
+    var dataOnDevice: Bool { get }
     /// Forgets all temporal state (a new stream, a seek, new caps).
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).
@@ -129,6 +132,7 @@ public protocol MattingEngine: AnyObject {
 
 extension MattingEngine {
     public var precision: ModelPrecision { .fp32 }
+    public var dataOnDevice: Bool { false }
 
     /// Stateless engines have nothing to seed.
     public func reseed(_ source: SeedSource?) {}

@@ -124,11 +124,12 @@ import TestPaths
         let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
         #expect(stats.count == 4)
         for field in ["frame", "pts", "preprocess-ms", "inference-ms", "postprocess-ms", "total-ms", "engine",
-                      "frames-dropped", "segmenter-ms", "seeded", "memory-frames", "memory-ms", "latency-ms"] {
+                      "frames-dropped", "segmenter-ms", "seeded", "memory-frames", "memory-ms", "latency-ms", "provider", "data"] {
             #expect(stats.allSatisfy { $0[field] != nil }, "missing \(field)")
         }
         #expect(stats.map { $0["frame"] } == ["1", "2", "3", "4"])
         #expect(stats.first?["engine"] == "segmenter")
+        #expect(stats.allSatisfy { $0["provider"] == "cpu" && $0["data"] == "host" })
         let first = try #require(stats.first)
         let total = try #require(Double(first["total-ms"] ?? "")), inference = try #require(Double(first["inference-ms"] ?? ""))
         #expect(total >= inference && inference > 0)

@@ -280,6 +280,7 @@ def element_figures(run: dict, skip: int, provider: str, precision: str, total: 
     if rows:
         out['provider_reported'] = rows[-1].get('provider')
         out['precision_reported'] = rows[-1].get('precision')
+        out['data_reported'] = rows[-1].get('data')  # 'device': only the frame up, the alpha down
         out['frames_dropped'] = rows[-1].get('frames-dropped')
         out['seed_ms'] = next((r['seed-ms'] for r in rows if 'seed-ms' in r), None)
         out['valid'] = out['provider_reported'] == provider and out['precision_reported'] == precision
