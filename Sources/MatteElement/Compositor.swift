@@ -79,14 +79,14 @@ struct Compositor {
     /// 0 < α < 255: where an estimate replaces the frame's colour (`softOnly` passes touch only these).
     @inline(__always) static func isSoft(_ alpha: UInt8) -> Bool { alpha &- 1 < 254 }
 
-    /// `body(x)` for each pixel of a row, or only its soft ones: the whole-row loop has no test in
-    /// it, so that the compiler can vectorise the body.
-    @inline(__always) private static func forEachPixel(_ width: Int, softOnly: Bool, matte: UnsafePointer<UInt8>,
+    /// `body(x)` for each pixel of `columns` of a row, or only its soft ones: the whole-row loop has
+    /// no test in it, so that the compiler can vectorise the body.
+    @inline(__always) private static func forEachPixel(in columns: Range<Int>, softOnly: Bool, matte: UnsafePointer<UInt8>,
                                                        _ body: (Int) -> Void) {
         if softOnly {
-            for x in 0..<width where isSoft(matte[x]) { body(x) }
+            for x in columns where isSoft(matte[x]) { body(x) }
         } else {
-            for x in 0..<width { body(x) }
+            for x in columns { body(x) }
         }
     }
 
@@ -144,8 +144,7 @@ struct Compositor {
                     first16 += 16
                 }
             }
-            forEachPixel(frame.width - first16, softOnly: softOnly, matte: matte + first16) { i in
-                let x = first16 + i
+            forEachPixel(in: first16..<frame.width, softOnly: softOnly, matte: matte) { x in
                 let s = source + 4 * x, o = out + 4 * x
                 o[first] = s[0]
                 o[1] = s[1]
@@ -164,22 +163,21 @@ struct Compositor {
         if backgroundAlpha == 255 {
             // Over an opaque colour the total is 255², and (255·y + 255²/2) / 255² = (y + 127) / 255 for
             // every y in range: the same bytes as below, with a division by a constant.
+            let (blue, green, red) = (UInt32(backgroundRGB.2), UInt32(backgroundRGB.1), UInt32(backgroundRGB.0))
+            let pixel = SIMD4<UInt16>(UInt16(blue), UInt16(green), UInt16(red), 0)
+            let under = SIMD16<UInt16>(lowHalf: SIMD8(lowHalf: pixel, highHalf: pixel), highHalf: SIMD8(lowHalf: pixel, highHalf: pixel))
             for y in 0..<frame.height {
                 let source = frame.base + y * frame.stride
                 let matte = alpha.base + y * alpha.stride
                 let out = output + y * outputStride
-                let (blue, green, red) = (UInt32(backgroundRGB.2), UInt32(backgroundRGB.1), UInt32(backgroundRGB.0))
                 var first4 = 0
                 if !softOnly {
-                    let under = SIMD16<UInt16>(UInt16(blue), UInt16(green), UInt16(red), 0, UInt16(blue), UInt16(green), UInt16(red), 0,
-                                               UInt16(blue), UInt16(green), UInt16(red), 0, UInt16(blue), UInt16(green), UInt16(red), 0)
                     while first4 + 4 <= frame.width {
                         mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: format == .rgba)
                         first4 += 4
                     }
                 }
-                forEachPixel(frame.width - first4, softOnly: softOnly, matte: matte + first4) { i in
-                    let x = first4 + i
+                forEachPixel(in: first4..<frame.width, softOnly: softOnly, matte: matte) { x in
                     let s = source + 4 * x, o = out + 4 * x
                     let a = UInt32(matte[x]), inverse = 255 &- a
                     o[first] = mix(s[0], a, blue, inverse)
@@ -234,8 +232,7 @@ struct Compositor {
                     first4 += 4
                 }
             }
-            forEachPixel(frame.width - first4, softOnly: softOnly, matte: matte + first4) { i in
-                let x = first4 + i
+            forEachPixel(in: first4..<frame.width, softOnly: softOnly, matte: matte) { x in
                 let s = source + 4 * x, b = back + 4 * x, o = out + 4 * x
                 let a = UInt32(matte[x]), inverse = 255 &- a
                 o[first] = mix(s[0], a, UInt32(b[0]), inverse)
