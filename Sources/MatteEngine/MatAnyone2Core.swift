@@ -156,12 +156,7 @@ final class MatAnyone2Core {
         })
     }
 
-    var memoryFrames: Int {
-        switch glue {
-        case let .host(bank): return bank.frames
-        case let .device(device): return device.bank.frames
-        }
-    }
+    var memoryFrames: Int { glue.memoryFrames }
     /// Whether the models' tensors live in the provider's memory (see `Tensors`).
     var onDevice: Bool { tensors.key.isOnDevice }
     var keyDim: Int { tensors.key.shape[1] }
@@ -205,13 +200,15 @@ final class MatAnyone2Core {
         return count > 0 ? onPerson / Double(count) : everywhere / Double(max(rows * columns, 1))
     }
     /// The unpadded alpha of the last frame: `height` rows of `width`, `paddedWidth` apart.
-    var alpha: UnsafePointer<Float> {
-        let padded: Tensor
+    var alpha: UnsafePointer<Float> { UnsafePointer(hostAlpha.data + padTop * paddedWidth + padLeft) }
+
+    /// The padded alpha in host memory: the current one itself, or on a device its copy (each frame's
+    /// comes down there; a seed goes up from there).
+    private var hostAlpha: Tensor {
         switch glue {
-        case .host: padded = tensors.lastAlpha
-        case let .device(device): padded = device.alphaDownloaded
+        case .host: return tensors.lastAlpha
+        case let .device(device): return device.alphaDownloaded
         }
-        return UnsafePointer(padded.data + padTop * paddedWidth + padLeft)
     }
 
     /// Where to write the frame: RGB planes in [0, 1], `paddedWidth` per row, padding left at zero.
@@ -223,10 +220,7 @@ final class MatAnyone2Core {
         lastMemoryT = 0
         hasObjectMemory = false
         started = false
-        switch glue {
-        case let .host(bank): bank.clear()
-        case let .device(device): device.bank.clear()
-        }
+        glue.clearBank()
     }
 
     private func run(_ binding: Binding, _ model: Model) throws {
@@ -243,11 +237,7 @@ final class MatAnyone2Core {
         t = 0
         if !encoded { try encode() }  // frame 0's encoding is reused by every pass below
         // The seed goes into the alpha (on a device by way of its host copy, the one upload of a seed).
-        let seedAlpha: Tensor
-        switch glue {
-        case .host: seedAlpha = tensors.lastAlpha
-        case let .device(device): seedAlpha = device.alphaDownloaded
-        }
+        let seedAlpha = hostAlpha
         seedAlpha.fill(0)
         for y in 0..<height {
             let row = seedAlpha.data + (padTop + y) * paddedWidth + padLeft
@@ -274,10 +264,7 @@ final class MatAnyone2Core {
         try run(calls.readoutFirstFrame, .readout)
         try run(calls.decode, .decoder)
         try commitDecoded(updatingSensory: true)
-        switch glue {
-        case let .host(bank): bank.clear()
-        case let .device(device): device.bank.clear()
-        }
+        glue.clearBank()
         hasObjectMemory = false
         try memorize()
     }
@@ -485,6 +472,20 @@ private enum Glue {
     case host(MemoryBank)
     /// The provider's memory: built-in graphs (DeviceGraphs) run by the models' provider.
     case device(DeviceGlue)
+
+    var memoryFrames: Int {
+        switch self {
+        case let .host(bank): return bank.frames
+        case let .device(device): return device.bank.frames
+        }
+    }
+
+    func clearBank() {
+        switch self {
+        case let .host(bank): bank.clear()
+        case let .device(device): device.bank.clear()
+        }
+    }
 }
 
 /// A core's device-side extras: its memory bank, and the few host tensors that cross the bus.
