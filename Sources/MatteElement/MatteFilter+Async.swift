@@ -29,10 +29,6 @@ extension MatteFilter {
                 posts.append(.streamError(problem))
                 return GST_FLOW_ERROR
             }
-            if let reason = gapReset(input, state: state, settings: snapshot()) {
-                DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(input.pts): \(reason)")
-                async.reset()
-            }
             if let source = pendingSeed.take() {
                 async.replaceSeed(source)
             }
@@ -42,6 +38,7 @@ extension MatteFilter {
             let pts = UInt64(input.pts)
             async.submit(input.bgra, pts: pts)
             state.queue.append(QueuedFrame(buffer: buffer, pts: pts, arrivalMs: monotonicMs()))
+            state.gaps.finished(atMs: monotonicMs())
             return GST_FLOW_OK
         }
         for post in posts { deliver(post) }
@@ -133,6 +130,7 @@ extension MatteFilter {
             }
             state.framesProcessed += 1
             let costMs = monotonicMs() - start
+            state.gaps.finished(atMs: monotonicMs())
             let (drifted, latencyMs) = latency.withLock { latency -> (Bool, Double) in
                 (latency.tracker.add(costMs), latency.tracker.expectedMs(fallbackMs: 0) + latency.heldMs)
             }

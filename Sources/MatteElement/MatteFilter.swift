@@ -37,10 +37,8 @@ final class StreamState {
     var report: FrameReport
     var framesSubmitted: UInt = 0
     var framesProcessed: UInt = 0
-    /// Stream time of the last processed frame (ns) and what it cost (ms, seeding included), for
-    /// the gap rule.
-    var lastStreamTime: UInt64?
-    var lastProcessingMs = 0.0
+    /// The buffers seen so far, for the gap rule.
+    var gaps = GapRule()
     // Negotiated (setInfo).
     var output = NegotiatedOutput.alpha
     var size: (width: Int, height: Int)?
@@ -51,10 +49,15 @@ final class StreamState {
     var asyncFailed = false
     var opaquePlane: [UInt8] = []
 
-    /// Resets the track, through the inference thread when it owns the engine.
-    func resetTrack() {
+    /// Resets the engine's track, through the inference thread when it owns the engine.
+    func resetEngine() {
         if let async { async.reset() } else { engine.reset() }
-        lastStreamTime = nil
+    }
+
+    /// Resets the track and forgets the buffers seen (a new stream, a seek, new caps).
+    func resetTrack() {
+        resetEngine()
+        gaps.forget()
     }
     var alphaPlane: [UInt8] = []
     var compositor = Compositor()
@@ -201,9 +204,10 @@ final class MatteFilter {
         parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
         parameters.watch.patience = Int(settings.watchPatience)
         parameters.noPersonAlpha = UInt8(settings.noPersonAlpha)
-        return try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
-                                          workingShortSide: Int(settings.workingSize),
-                                          seed: { try seedSource(settings, maskPath: nil) })
+        let engine = try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
+                                                workingShortSide: Int(settings.workingSize),
+                                                seed: { try seedSource(settings, maskPath: nil) })
+        return EngineWrappers.wrap(engine, elementNamed: handle.name)
     }
 
     /// Where seeding comes from: a mask file (`maskPath`, else `seed-mask` with seed=mask), or the
@@ -323,7 +327,7 @@ final class MatteFilter {
             state.async = nil
             state.alphaPlane = [UInt8](repeating: 0, count: width * height)
             state.opaquePlane = [UInt8](repeating: 255, count: width * height)
-            state.lastStreamTime = nil
+            state.gaps.forget()
             let measured = Result { try state.engine.warmUp(width: width, height: height) }
             if case .success = measured {
                 state.size = (width, height)
@@ -371,22 +375,27 @@ final class MatteFilter {
         stream.withLock { $0?.resetTrack() }
     }
 
-    /// The gap rule: a DISCONT buffer (a leaky queue, QoS, network loss) is a gap, not a new stream;
-    /// only a gap in stream time longer than `reset-after-gap` (or, with 0, any DISCONT) resets.
-    func gapReset(_ input: VideoFrameView, state: StreamState, settings current: Settings) -> String? {
-        let streamTime = input.streamTime
-        defer { if let streamTime { state.lastStreamTime = streamTime } }
-        if current.resetAfterGap == 0 { return input.isDiscont ? "DISCONT" : nil }
-        guard let streamTime, let last = state.lastStreamTime else { return nil }
-        // Time this element itself spent on the previous frame is no gap in the stream: in a live
-        // pipeline the frames that passed meanwhile were dropped because of it (a seed with its
-        // warm-up passes takes seconds on a CPU).
-        let gapMs = streamTime >= last ? Double(streamTime - last) / 1_000_000 - state.lastProcessingMs
-                                       : Double(last - streamTime) / 1_000_000
-        return gapMs > Double(current.resetAfterGap) ? "a gap of \(Int(gapMs)) ms of stream time" : nil
+    /// Every buffer as it reaches the element, before any QoS decision: counted, and judged by the
+    /// gap rule (GapRule). A DISCONT buffer (a leaky queue, QoS, network loss) is a gap, not a new
+    /// stream; only upstream's silence longer than `reset-after-gap` (or, with 0, any DISCONT) resets.
+    func arrived(_ arrival: GapRule.Arrival, pts: GstClockTime) {
+        let resetAfterMs = snapshot().resetAfterGap
+        let timing = liveTiming.withLock { $0 }
+        let pipeline = GapRule.Pipeline(live: timing.live, configuredLatency: timing.configuredLatency)
+        stream.withLock { state in
+            guard let state else { return }
+            state.framesSubmitted += 1
+            switch state.gaps.arrive(arrival, resetAfterMs: resetAfterMs, pipeline: pipeline) {
+            case let .reset(reason):
+                DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(pts): \(reason)")
+                state.resetEngine()
+            case let .kept(reason):
+                DebugLog.log(GST_LEVEL_DEBUG, handle, "pts \(pts): \(reason): no silence upstream, the track continues")
+            case .continues:
+                if arrival.isDiscont { DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(pts): a gap, the track continues") }
+            }
+        }
     }
-
-    func countSubmitted() { stream.withLock { $0?.framesSubmitted += 1 } }
 
     /// The pipeline's latency, from the LATENCY event (a live pipeline sends it when it configures).
     func latencyConfigured(_ nanoseconds: UInt64) {
@@ -460,12 +469,6 @@ final class MatteFilter {
         if let source = pendingSeed.take() {
             engine.replaceSeed(source)
         }
-        if let reason = gapReset(input, state: state, settings: current) {
-            DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(input.pts): \(reason)")
-            engine.reset()
-        } else if input.isDiscont {
-            DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(input.pts): a gap, the track continues")
-        }
         if let reseed = pendingReseed.take() {
             DebugLog.log(GST_LEVEL_LOG, handle, "reseeding at pts \(input.pts)")
             engine.reseed(reseed)
@@ -486,7 +489,7 @@ final class MatteFilter {
         }
         state.framesProcessed += 1
         let totalMs = monotonicMs() - start
-        state.lastProcessingMs = totalMs
+        state.gaps.finished(atMs: monotonicMs())
         DebugLog.log(GST_LEVEL_LOG, handle, "frame \(state.framesProcessed) pts \(input.pts): \(totalMs) ms, "
                      + "seeded \(state.report.seeded), memory frames \(state.report.memoryFrames)")
         // Seeding (the warm-up passes) happens once; it is reported as seed-ms, and that frame is no

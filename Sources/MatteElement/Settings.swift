@@ -144,9 +144,9 @@ struct Settings: Equatable {
     var warmup: UInt32 = 10
     var workingSize: UInt32 = 288
     var precision = ModelPrecision.fp32
-    /// Stream-time gap (ms) after which the track starts over; 0: every DISCONT does. 2 s: longer
-    /// than any gap a leaky queue, QoS or a CPU-bound MatAnyone2 (2–6 fps here) leaves between
-    /// processed frames, shorter than a pause after which the scene has usually changed.
+    /// Upstream silence (ms of stream time) after which the track starts over (GapRule); 0: every
+    /// DISCONT does. 2 s: longer than a network hiccup or a leaky queue's drops, shorter than a
+    /// pause after which the scene has usually changed.
     var resetAfterGap: UInt32 = 2000
     var mode = MatteMode.sync
     /// async: how long (ms) a frame may wait for an alpha closer to it in time.
@@ -276,8 +276,8 @@ struct PropertyDeclaration {
         .enumeration("precision", "Precision", "MatAnyone2: which model set to run; int8 and fp16 must be made first (see the README)",
                      \.precision, .ready),
         .uint("reset-after-gap", "Reset after gap",
-              "Start the track over when this many ms of stream time pass between two frames (0: on every DISCONT "
-                  + "buffer); shorter gaps (a leaky queue, QoS drops, network loss) keep the track", \.resetAfterGap,
+              "Start the track over when upstream is silent for this many ms of stream time (0: on every DISCONT "
+                  + "buffer); shorter gaps, QoS drops and time the element itself spent keep the track", \.resetAfterGap,
               0...86_400_000, .playing),
         .enumeration("mode", "Mode", "sync: each frame its own alpha; async: constant rate, inference on the newest frame",
                      \.mode, .ready),

@@ -20,6 +20,11 @@ struct ElementHandle {
     }
 
     var currentState: GstState { element.pointee.current_state }
+    var name: String {
+        guard let name = gst_object_get_name(object) else { return "" }
+        defer { g_free(name) }
+        return String(cString: name)
+    }
 
     func reconfigureSource() { gst_base_transform_reconfigure_src(transform) }
 
@@ -39,11 +44,9 @@ struct ElementHandle {
     }
 }
 
-/// A mapped video frame of a vfunc call (borrowed for the call only), with the segment it belongs to
-/// for input frames.
+/// A mapped video frame of a vfunc call (borrowed for the call only).
 struct VideoFrameView {
     let frame: UnsafeMutablePointer<GstVideoFrame>
-    var segment: UnsafePointer<GstSegment>? = nil
 
     var width: Int { Int(frame.pointee.info.width) }
     var height: Int { Int(frame.pointee.info.height) }
@@ -52,19 +55,6 @@ struct VideoFrameView {
     var bgra: BGRAImage { BGRAImage(base: UnsafePointer(bytes), width: width, height: height, stride: stride) }
     var gray: GrayImage { GrayImage(base: bytes, width: width, height: height, stride: stride) }
     var pts: GstClockTime { frame.pointee.buffer.pointee.pts }
-    var isDiscont: Bool {
-        frame.pointee.buffer.pointee.mini_object.flags & GST_BUFFER_FLAG_DISCONT.rawValue != 0
-    }
-
-    /// The buffer's stream time (ns) in its segment, nil when it has none.
-    var streamTime: UInt64? {
-        let none = shim_clock_time_none()
-        guard pts != none else { return nil }
-        guard let segment, segment.pointee.format == GST_FORMAT_TIME else { return UInt64(pts) }
-        let time = gst_segment_to_stream_time(segment, GST_FORMAT_TIME, pts)
-        return time == none ? nil : UInt64(time)
-    }
-
     /// Why the mapped plane cannot hold `height` rows of `width` pixels at its stride (a GstVideoMeta
     /// may declare any stride), or nil when it can.
     func layoutProblem(bytesPerPixel: Int) -> String? {
@@ -246,12 +236,11 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
     }
     transformClass.pointee.submit_input_buffer = { trans, isDiscont, buffer in
         let matte = filter(trans)
-        matte.countSubmitted()
+        if let buffer { matte.arrived(arrival(trans!, buffer), pts: buffer.pointee.pts) }
         if matte.isAsync, let buffer {
             let owned = OwnedBuffer(taking: buffer)
-            let segment = segmentOf(trans!)
             return withMappedFrame(buffer, &videoFilter(trans!).pointee.in_info, GST_MAP_READ) { view in
-                matte.submitAsync(VideoFrameView(frame: view.frame, segment: UnsafePointer(segment)), buffer: owned)
+                matte.submitAsync(view, buffer: owned)
             } ?? GST_FLOW_ERROR
         }
         if let buffer, gst_base_transform_is_qos_enabled(trans) != 0, let timing = liveTiming(trans!, buffer),
@@ -287,9 +276,7 @@ private func installVideoFilterHandlers(_ videoFilterClass: UnsafeMutablePointer
         filter(videoFilter).setInfo(input: inputInfo!, output: outputInfo!) ? 1 : 0
     }
     videoFilterClass.pointee.transform_frame = { videoFilter, input, output in
-        let segment = segmentOf(videoFilter!)
-        return filter(videoFilter).transform(input: VideoFrameView(frame: input!, segment: UnsafePointer(segment)),
-                                             output: VideoFrameView(frame: output!))
+        filter(videoFilter).transform(input: VideoFrameView(frame: input!), output: VideoFrameView(frame: output!))
     }
 }
 
@@ -353,6 +340,19 @@ private func liveTiming(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutabl
     let clockTime = gst_clock_get_time(clock), baseTime = gst_element_get_base_time(element)
     guard runningTime != none, clockTime != none, clockTime >= baseTime else { return nil }
     return (UInt64(runningTime), UInt64(clockTime - baseTime))
+}
+
+/// A buffer as the gap rule sees it on arrival: stream time, DISCONT, clock.
+private func arrival(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutablePointer<GstBuffer>) -> GapRule.Arrival {
+    let none = shim_clock_time_none(), segment = segmentOf(trans), pts = buffer.pointee.pts
+    var streamTime: UInt64?
+    if pts != none {
+        let time = segment.pointee.format == GST_FORMAT_TIME ? gst_segment_to_stream_time(segment, GST_FORMAT_TIME, pts) : pts
+        streamTime = time == none ? nil : UInt64(time)
+    }
+    let discont = buffer.pointee.mini_object.flags & GST_BUFFER_FLAG_DISCONT.rawValue != 0
+    return GapRule.Arrival(streamTime: streamTime, isDiscont: discont,
+                           clock: liveTiming(trans, buffer).map { ($0.runningTime, $0.now) }, atMs: monotonicMs())
 }
 
 /// The QoS message of a frame dropped before work (as the base class posts for its own drops).

@@ -12,15 +12,21 @@ struct LiveRun {
     var sinkDrops = 0
     var processed = 0
     var stats: [[String: String]] = []
+    /// For each stats message: how far the frame's pts (its running time, for a source whose segment
+    /// starts at 0) was behind the pipeline clock when the message was read (ms).
+    var lagsMs: [Double] = []
     var error: String?
     var reachedEOS = false
 }
 
-func runLive(_ description: String, timeout: Double = 120) -> LiveRun {
-    withPlayingPipeline(description) { pipeline, bus in collectLive(pipeline, bus, timeout: timeout) } ?? LiveRun(error: "parse")
+/// `element`: the matanyone element's name (its QoS messages count as the element's drops).
+func runLive(_ description: String, element: String = "m", timeout: Double = 120) -> LiveRun {
+    withPlayingPipeline(description) { pipeline, bus in collectLive(pipeline, bus, element: element, timeout: timeout) }
+        ?? LiveRun(error: "parse")
 }
 
-private func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMutablePointer<GstBus>, timeout: Double) -> LiveRun {
+func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMutablePointer<GstBus>, element: String = "m",
+                 timeout: Double) -> LiveRun {
     var run = LiveRun()
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline, !run.reachedEOS, run.error == nil {
@@ -42,13 +48,18 @@ private func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: Un
             var format = GST_FORMAT_UNDEFINED
             var processed: guint64 = 0, dropped: guint64 = 0
             gst_message_parse_qos_stats(message, &format, &processed, &dropped)
-            if source == "m" { run.elementDrops = max(run.elementDrops, Int(dropped)) }
+            if source == element { run.elementDrops = max(run.elementDrops, Int(dropped)) }
             if source == "sink" { run.sinkDrops = max(run.sinkDrops, Int(dropped)) }
         case GST_MESSAGE_ELEMENT:
             guard let structure = gst_message_get_structure(message),
                   String(cString: gst_structure_get_name(structure)) == "matanyone-stats" else { break }
             let fields = structureFields(structure)
             run.stats.append(fields)
+            if let pts = fields["pts"].flatMap(Double.init), let clock = gst_element_get_clock(pipeline) {
+                let now = Double(gst_clock_get_time(clock)) - Double(gst_element_get_base_time(pipeline))
+                gst_object_unref(clock)
+                run.lagsMs.append((now - pts) / 1_000_000)
+            }
             run.processed = Int(fields["frame"] ?? "") ?? run.processed
         default:
             break

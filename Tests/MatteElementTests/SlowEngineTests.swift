@@ -1,0 +1,163 @@
+import CGStreamer
+import CGstCheck
+import Foundation
+import Testing
+import MatteElement
+import MatteEngine
+import TestPaths
+
+/// A real engine made slow on purpose: the first frame of a track takes `seedMs` (as a MatAnyone2
+/// seed with its warm-up passes does on a slow CPU), every other frame `frameMs`. Counts the seeds,
+/// that is the tracks the element started.
+final class SlowEngine: MattingEngine {
+    let inner: MattingEngine
+    let seedMs: Double, frameMs: Double
+    private let lock = NSLock()
+    private var tracking = false
+    private var seedCount = 0
+
+    init(_ inner: MattingEngine, seedMs: Double, frameMs: Double) {
+        self.inner = inner
+        self.seedMs = seedMs
+        self.frameMs = frameMs
+    }
+
+    var seeds: Int { lock.withLock { seedCount } }
+
+    var kind: EngineKind { inner.kind }
+    var precision: ModelPrecision { inner.precision }
+    var modelNames: [String] { inner.modelNames }
+    var provider: ExecutionProvider { inner.provider }
+    var providerNote: String? { inner.providerNote }
+    var dataOnDevice: Bool { inner.dataOnDevice }
+
+    func reset() {
+        lock.withLock { tracking = false }
+        inner.reset()
+    }
+
+    func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        let seeding = lock.withLock { () -> Bool in
+            defer { tracking = true }
+            if !tracking { seedCount += 1 }
+            return !tracking
+        }
+        Thread.sleep(forTimeInterval: (seeding ? seedMs : frameMs) / 1000)
+        try inner.matte(frame, into: alpha, report: &report)
+        if seeding { report.seedMs = seedMs }  // as MatAnyone2 reports its seed: no sample of a frame's cost
+    }
+
+    func reseed(_ source: SeedSource?) {
+        lock.withLock { tracking = false }
+        inner.reseed(source)
+    }
+
+    func replaceSeed(_ source: SeedSource) { inner.replaceSeed(source) }
+
+    func warmUp(width: Int, height: Int) throws -> Double {
+        Thread.sleep(forTimeInterval: frameMs / 1000)
+        return try inner.warmUp(width: width, height: height) + frameMs
+    }
+}
+
+/// The gap rule against the element's own slowness (issue: a live source into a slow MatAnyone2
+/// re-seeded after every seed, each seed a new multi-second stall): frames the element or the base
+/// class dropped for QoS, and stream time that passed while the element worked, are no gap; only
+/// upstream's silence is. Any machine: the slowness is the engine's sleep, not the CPU's.
+@Suite(.serialized) struct SlowEngineTests {
+    /// Runs `body` with every element named `name` wrapped in a SlowEngine, handing over the engines
+    /// made. Each test its own name: suites run side by side.
+    func withSlowEngines(_ name: String, seedMs: Double, frameMs: Double, _ body: () -> Void) -> [SlowEngine] {
+        precondition(gstreamerReady)
+        let lock = NSLock()
+        var made: [SlowEngine] = []
+        EngineWrappers.set({ engine in
+            let slow = SlowEngine(engine, seedMs: seedMs, frameMs: frameMs)
+            lock.withLock { made.append(slow) }
+            return slow
+        }, forElementNamed: name)
+        defer { EngineWrappers.set(nil, forElementNamed: name) }
+        body()
+        return lock.withLock { made }
+    }
+
+    /// The issue's chain, scaled down: a live 30 fps source, an element whose seed takes 3 s and
+    /// each frame 250 ms, a syncing sink that sends QoS. One seed (the old rule seeded again after
+    /// each seed: the base class's QoS drops the seed's backlog, and that read as a gap); the frames
+    /// that leave keep up with the clock once the backlog is dropped.
+    @Test func aLiveSourceIntoASlowElementSeedsOnce() {
+        var run = LiveRun()
+        let engines = withSlowEngines("slow-live", seedMs: 3000, frameMs: 250) {
+            run = runLive("videotestsrc is-live=true pattern=ball num-buffers=360 "
+                          + "! video/x-raw,format=BGRA,width=320,height=180,framerate=30/1 "
+                          + "! \(TestPaths.element) name=slow-live stats-interval=1 ! fakesink name=sink sync=true qos=true",
+                          element: "slow-live")
+        }
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.reachedEOS)
+        #expect(engines.count == 1)
+        #expect(engines.first?.seeds == 1, "seeds: \(engines.first?.seeds ?? -1)")
+        #expect(run.processed >= 10, "frames processed: \(run.processed)")
+        #expect(run.elementDrops > 0)
+        // Latency stays bounded: after the seed's backlog, what leaves is at most a few frames'
+        // cost behind the clock (a re-seed would put it seconds behind again).
+        let settled = run.lagsMs.suffix(run.lagsMs.count / 2)
+        #expect(!settled.isEmpty && settled.allSatisfy { $0 < 1500 }, "lag behind the clock (ms): \(settled)")
+    }
+
+    /// The same slowness in async mode: inference blocks nothing, and still one seed.
+    @Test func asyncModeWithASlowEngineSeedsOnce() {
+        var run = LiveRun()
+        let engines = withSlowEngines("slow-async", seedMs: 2500, frameMs: 250) {
+            run = runLive("videotestsrc is-live=true pattern=ball num-buffers=240 "
+                          + "! video/x-raw,format=BGRA,width=320,height=180,framerate=30/1 "
+                          + "! \(TestPaths.element) name=slow-async mode=async stats-interval=1 ! fakesink name=sink sync=true qos=true",
+                          element: "slow-async")
+        }
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.processed == 240)
+        #expect(engines.first?.seeds == 1, "seeds: \(engines.first?.seeds ?? -1)")
+    }
+
+    /// A live application source (a client pushing 30 fps into appsrc, timestamped on arrival) that
+    /// goes silent for 4 s mid-stream: that is upstream's silence, and the track starts over once;
+    /// the element's own slowness before and after it is not.
+    @Test func upstreamSilenceStillStartsOver() {
+        precondition(gstreamerReady)
+        var run = LiveRun()
+        let engines = withSlowEngines("slow-silence", seedMs: 1000, frameMs: 150) {
+            run = withPlayingPipeline("appsrc name=src is-live=true do-timestamp=true format=time "
+                                      + "caps=video/x-raw,format=BGRA,width=160,height=96,framerate=30/1 "
+                                      + "! \(TestPaths.element) name=slow-silence stats-interval=1 ! fakesink name=sink sync=true qos=true") { pipeline, bus in
+                let bin = UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self)
+                let source = gst_bin_get_by_name(bin, "src")!
+                defer { gst_object_unref(source) }
+                let address = Int(bitPattern: UnsafeMutableRawPointer(source))
+                let done = DispatchSemaphore(value: 0)
+                let pusher = Thread {
+                    defer { done.signal() }
+                    let appsrc = UnsafeMutableRawPointer(bitPattern: address)!.assumingMemoryBound(to: GstAppSrc.self)
+                    func push(seconds: Double) {
+                        for _ in 0..<Int(seconds * 30) {
+                            let buffer = gst_buffer_new_allocate(nil, gsize(160 * 96 * 4), nil)!
+                            gst_buffer_memset(buffer, 0, 90, gsize(160 * 96 * 4))
+                            _ = gst_app_src_push_buffer(appsrc, buffer)
+                            Thread.sleep(forTimeInterval: 1.0 / 30)
+                        }
+                    }
+                    push(seconds: 3)
+                    Thread.sleep(forTimeInterval: 4)  // upstream's silence
+                    push(seconds: 3)
+                    _ = gst_app_src_end_of_stream(appsrc)
+                }
+                pusher.start()
+                let run = collectLive(pipeline, bus, element: "slow-silence", timeout: 60)
+                _ = done.wait(timeout: .now() + 15)  // the pusher holds the source until it is done
+                return run
+            } ?? LiveRun(error: "parse")
+        }
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.reachedEOS)
+        #expect(engines.first?.seeds == 2, "seeds: \(engines.first?.seeds ?? -1)")
+    }
+}
