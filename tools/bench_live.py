@@ -35,6 +35,14 @@ every figure except the whole-run counts. Measured per configuration:
   works on one frame the next ones wait — which is where sink drops come from; the JSON has how late
   the dropped frames were (sink_drop_lateness_ms), MatAnyone2's seed-ms and the latency the element
   reported last.
+- seeds: how many frames seeded (stats with seed-ms) over the whole run: 1 unless the track started
+  over (the gap rule; a live source into a slow engine once re-seeded after every seed);
+- first frame: seconds from launch and from "Setting pipeline to PLAYING" to the first frame at the
+  sink (models load before PLAYING in sync mode, on the inference thread in async mode);
+- pts lag (median, p95): how far each processed frame's PTS trails the pipeline clock when its stats
+  reach this script (PLAYING's stamp stands in for the base time, so within a few ms): unlike the
+  latency tracer it counts the time frames waited before the source could push them, and it grows
+  without bound when the element falls behind for good.
 A configuration whose run fails (a property the installed element lacks, an error on the bus) is
 reported as failed with its error line; the others still run.
 """
@@ -77,6 +85,7 @@ QOS = re.compile(r'from element "([^"]+)" \(qos\): .*\bjitter=\(gint64\)(-?\d+),
 SOURCE, SINK_BIN, SINK = "livesrc", "fps", "livesink"
 # gst-launch's own report of a failed run: a bus error, or a description it could not build.
 ERROR = re.compile(r"^(ERROR: .*|WARNING: erroneous pipeline: .*)$")
+PLAYING = "Setting pipeline to PLAYING"
 
 
 def stamped_lines(text: str) -> list[tuple[float | None, str]]:
@@ -124,8 +133,11 @@ def first_error(text: str) -> str | None:
 def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
     """The figures of one run from its stamped log (see the module docstring)."""
     fps_reports, latencies, stats, sink_qos = [], [], [], []
+    playing = None
     for t, line in stamped_lines(text):
-        if (report := parse_fps_report(line)) is not None:
+        if playing is None and line.startswith(PLAYING):
+            playing = t
+        elif (report := parse_fps_report(line)) is not None:
             fps_reports.append((t, *report))
         elif (trace := parse_latency_trace(line)) is not None:
             if trace[:2] == (SOURCE, SINK_BIN):
@@ -155,6 +167,9 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
     def field(name: str) -> list[float]:
         return [row[name] for row in rows if name in row]
 
+    lags = [1000 * (t - playing) - row["pts"] / 1e6 for t, row in stats
+            if in_window(t) and playing is not None and "pts" in row]
+
     return {
         "fps_out": fps_out,
         "window_s": window_s,
@@ -173,6 +188,12 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
         "inference_ms_median": summary(field("inference-ms"))["median"],
         "total_ms_median": summary(field("total-ms"))["median"],
         "seed_ms": next((row["seed-ms"] for _, row in stats if "seed-ms" in row), None),
+        # Distinct seeded frames: in async mode every frame that wears the seeded alpha carries its
+        # seed-ms, and the alpha's own PTS is the frame's less its age.
+        "seeds": len({round(row.get("pts", 0) / 1e6 - row.get("alpha-age-ms", 0)) for _, row in stats if "seed-ms" in row}),
+        "first_frame_after_launch_s": first,
+        "first_frame_after_playing_s": None if first is None or playing is None else first - playing,
+        "pts_lag_ms": summary(lags),
         "reported_latency_ms": last.get("latency-ms"),
         "alpha_age_ms": summary(field("alpha-age-ms")),  # async mode only: None/None otherwise
         "inference_fps_median": summary(field("inference-fps"))["median"],
@@ -327,6 +348,10 @@ def print_table(runs: list[dict]) -> None:
                                f"(limit {fmt(c['limit'], '.1f' if isinstance(c['limit'], float) else '')})"
                                for name, c in run["targets"]["checks"].items())
             print(f"{run['engine']} {run['mode']} — target: {run['targets']['description']}\n    {checks}")
+            f = run["figures"]
+            print(f"    seeds {f['seeds']}; first frame {fmt(f['first_frame_after_playing_s'], '.2f')} s after PLAYING "
+                  f"({fmt(f['first_frame_after_launch_s'], '.2f')} s after launch); pts lag "
+                  f"{fmt(f['pts_lag_ms']['median'], '.0f')} / {fmt(f['pts_lag_ms']['p95'], '.0f')} ms (median / p95)")
 
 
 def main(argv=None) -> int:

@@ -147,6 +147,32 @@ def test_async_targets_from_alpha_age():
     assert targets('async', measure(live_log(10, 30)))['met'] is None
 
 
+def test_seeds_first_frame_and_pts_lag():
+    # PLAYING at 0.8 s; frame i's stats at 1.0 + i/30 s with its pts rewritten to i/30 s behind
+    # PLAYING by 0.2 s (the log's frames reach the sink 0.2 s after their running time).
+    stats_body = STATS_SEGMENTER.split('(element): ', 1)[1].rstrip(';')
+    lines = ['[    0.800] Setting pipeline to PLAYING ...']
+    for index in range(300):
+        t = 1.0 + index / 30
+        row = stats_body.replace('frame=(guint64)1,', f'frame=(guint64){index + 1},')
+        row = row.replace('pts=(guint64)21862676', f'pts=(guint64){round(index / 30 * 1e9)}')
+        if index in (0, 150):
+            row += ', seed-ms=(double)1000'
+        lines.append(f'[{t:9.3f}] ' + TRACE_LIVE.split('] ', 1)[1])
+        lines.append(f'[{t:9.3f}] Got message #{index} from element "matanyone0" (element): {row};')
+    figures = measure('\n'.join(lines))
+    assert figures['seeds'] == 2
+    assert figures['first_frame_after_launch_s'] == pytest.approx(1.0)
+    assert figures['first_frame_after_playing_s'] == pytest.approx(0.2)
+    assert figures['pts_lag_ms']['median'] == pytest.approx(200, abs=2)
+    assert figures['pts_lag_ms']['p95'] == pytest.approx(200, abs=2)
+    # Async mode: frames wearing the seeded alpha all carry its seed-ms; it is one seed.
+    worn = [f'[    2.000] Got message #{i} from element "matanyone0" (element): '
+            + stats_body.replace('pts=(guint64)21862676', f'pts=(guint64){(40 + i) * 33_000_000}')
+            + f', seed-ms=(double)1000, alpha-age-ms=(double){i * 33};' for i in range(5)]
+    assert measure('\n'.join(worn))['seeds'] == 1
+
+
 def test_empty_log_has_no_figures():
     figures = measure(NO_PROPERTY)
     assert figures['fps_out'] is None and figures['latency_ms'] == {'median': None, 'p95': None}
