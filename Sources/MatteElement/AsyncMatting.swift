@@ -1,10 +1,13 @@
 import Foundation
 import MatteEngine
 
-/// The constant-rate mode's inference side: a thread of its own runs the engine on the newest frame
-/// it was handed (an older one still waiting is replaced), and keeps the last few finished alphas
-/// for the streaming thread to pick from. The engine is touched by this thread alone while it runs;
-/// resets and reseeds asked for elsewhere are applied by it before its next frame.
+/// The constant-rate mode's inference side: a thread of its own makes the engine (models load here,
+/// not on the streaming thread, so that frames leave at once meanwhile) and warms it up at the
+/// stream's size, then runs it on the newest frame it was handed (an older one still waiting is
+/// replaced), and keeps the last few finished alphas for the streaming thread to pick from. The
+/// engine is touched by this thread alone while it runs; resets and reseeds asked for elsewhere are
+/// applied by it before its next frame. A failure to make or warm up the engine is kept like an
+/// inference failure: the streaming thread reports it once and stops.
 final class AsyncMatting {
     /// A finished alpha: the full-size plane of the frame at `pts`.
     struct Alpha {
@@ -28,7 +31,9 @@ final class AsyncMatting {
         case replaceSeed(SeedSource)
     }
 
-    let engine: MattingEngine
+    private let engines: EngineSlot
+    /// The stream's size, for the warm-up.
+    private let width: Int, height: Int
     private let condition = NSCondition()
     // Guarded by `condition`.
     private var pending: Frame?
@@ -44,7 +49,11 @@ final class AsyncMatting {
     /// Called on the inference thread with a frame's track events (posting a bus message is thread-safe).
     var onTrackEvents: (([TrackEvent], UInt64) -> Void)?
 
-    init(engine: MattingEngine) { self.engine = engine }
+    init(engines: EngineSlot, width: Int, height: Int) {
+        self.engines = engines
+        self.width = width
+        self.height = height
+    }
 
     deinit { stop() }
 
@@ -148,8 +157,25 @@ final class AsyncMatting {
 
     private func distance(_ a: UInt64, _ b: UInt64) -> UInt64 { a > b ? a - b : b - a }
 
+    /// The engine, made and warmed up at the stream's size; nil (the failure kept) when that failed.
+    private func prepare() -> MattingEngine? {
+        do {
+            let engine = try engines.get()
+            _ = try engine.warmUp(width: width, height: height)
+            return engine
+        } catch {
+            condition.lock()
+            failure = failure ?? error
+            pending = nil
+            condition.broadcast()
+            condition.unlock()
+            return nil
+        }
+    }
+
     private func work() {
-        var report = FrameReport(modelCount: engine.modelNames.count)
+        let engine = prepare()
+        var report = FrameReport(modelCount: engine?.modelNames.count ?? 0)
         while true {
             condition.lock()
             while running, pending == nil, requests.isEmpty { condition.wait() }
@@ -161,10 +187,12 @@ final class AsyncMatting {
             }
             let todo = requests
             requests.removeAll()
-            let frame = pending
+            // (After a failure frames are not worked on: the streaming thread stops on it.)
+            let frame = engine == nil ? nil : pending
             pending = nil
             inFlight = frame?.pts
             condition.unlock()
+            guard let engine else { continue }
 
             for request in todo {
                 switch request {

@@ -98,7 +98,7 @@ extension MatteFilter {
     /// Forgets the queued frames (FLUSH_STOP).
     func flushAsync() { stream.withLock { $0?.queue.removeAll() } }
 
-    /// Writes the output of a released frame: its alpha (opaque before the first) as GRAY8, or the
+    /// Writes the output of a released frame: its alpha (`no-person-alpha` before the first) as GRAY8, or the
     /// composite.
     func renderAsync(input: VideoFrameView, output destination: VideoFrameView, alpha: AsyncMatting.Alpha?) -> GstFlowReturn {
         var posts: [Post] = []
@@ -113,7 +113,7 @@ extension MatteFilter {
             let current = snapshot()
             let frame = input.bgra
             let usable = alpha.flatMap { $0.plane.count == frame.width * frame.height ? $0 : nil }
-            var plane = usable?.plane ?? state.opaquePlane
+            var plane = usable?.plane ?? state.noAlphaPlane
             plane.withUnsafeMutableBufferPointer { buffer in
                 let matte = GrayImage(base: buffer.baseAddress!, width: frame.width, height: frame.height, stride: frame.width)
                 switch state.output {
@@ -141,7 +141,10 @@ extension MatteFilter {
             if current.statsInterval > 0, state.framesProcessed % UInt(current.statsInterval) == 0 {
                 // The engine's figures are those of the alpha used (the inference thread's frame);
                 // the streaming thread's own work is this frame's compositing.
-                if let usable { state.report = usable.report } else { state.report.clear() }
+                if let usable { state.report = usable.report } else {
+                    state.report.clear()
+                    state.report.seeded = false  // no alpha yet (models loading, no seed): nothing tracked
+                }
                 state.report.preprocessMs = 0
                 state.report.postprocessMs = costMs
                 state.report.inferenceMs = usable?.inferenceMs ?? 0

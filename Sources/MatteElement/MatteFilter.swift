@@ -33,7 +33,9 @@ final class Locked<Value> {
 /// Per-stream state: created in `start`, completed in `setInfo` for the negotiated caps, dropped in
 /// `stop`. Only reached under `MatteFilter.stream`'s lock.
 final class StreamState {
-    let engine: MattingEngine
+    let engines: EngineSlot
+    /// The engine, nil while the inference thread of async mode is still making it.
+    var engine: MattingEngine? { engines.loaded }
     var report: FrameReport
     var framesSubmitted: UInt = 0
     var framesProcessed: UInt = 0
@@ -47,11 +49,12 @@ final class StreamState {
     var queue: [QueuedFrame] = []
     var asyncDelayMs = 0.0
     var asyncFailed = false
-    var opaquePlane: [UInt8] = []
+    /// async: the alpha of frames that leave before the first alpha exists (`no-person-alpha`).
+    var noAlphaPlane: [UInt8] = []
 
     /// Resets the engine's track, through the inference thread when it owns the engine.
     func resetEngine() {
-        if let async { async.reset() } else { engine.reset() }
+        if let async { async.reset() } else { engine?.reset() }
     }
 
     /// Resets the track and forgets the buffers seen (a new stream, a seek, new caps).
@@ -62,9 +65,9 @@ final class StreamState {
     var alphaPlane: [UInt8] = []
     var compositor = Compositor()
 
-    init(engine: MattingEngine) {
-        self.engine = engine
-        report = FrameReport(modelCount: engine.modelNames.count)
+    init(engines: EngineSlot) {
+        self.engines = engines
+        report = FrameReport(modelCount: engines.loaded?.modelNames.count ?? 0)
     }
 }
 
@@ -156,19 +159,23 @@ final class MatteFilter {
 
     func start() -> Bool {
         let current = snapshot()
-        let engine: MattingEngine
-        do {
-            engine = try makeEngine(current)
-        } catch {
-            ErrorMapping.postError(error, on: handle)
-            return false
+        let engines: EngineSlot
+        if current.mode == .async {
+            // Models load on the inference thread: frames leave at once (no-person-alpha) meanwhile.
+            // A failure there reaches the bus through the first frame after it (releaseNext).
+            engines = EngineSlot(making: { [weak self] in
+                guard let self else { throw EngineError.badSettings(detail: "the element is gone") }
+                return try self.startEngine(current)
+            })
+        } else {
+            do {
+                engines = EngineSlot(try startEngine(current))
+            } catch {
+                ErrorMapping.postError(error, on: handle)
+                return false
+            }
         }
-        DebugLog.log(GST_LEVEL_INFO, handle, "started engine \(engine.kind.rawValue) (\(engine.precision.rawValue)) "
-                     + "on \(engine.provider.rawValue)")
-        if let note = engine.providerNote {
-            ErrorMapping.postWarning(note, on: handle)
-        }
-        stream.withLock { $0 = StreamState(engine: engine) }
+        stream.withLock { $0 = StreamState(engines: engines) }
         refusedCaps.withLock { $0 = nil }
         liveTiming.withLock { $0 = LiveTiming() }
         latency.withLock { $0 = LatencyState() }
@@ -182,6 +189,17 @@ final class MatteFilter {
         pendingReseed.withLock { $0 = nil }
         pendingSeed.withLock { $0 = nil }
         return true
+    }
+
+    /// Makes the engine of `settings` and says so (with a warning when auto fell back to the CPU).
+    private func startEngine(_ settings: Settings) throws -> MattingEngine {
+        let engine = try makeEngine(settings)
+        DebugLog.log(GST_LEVEL_INFO, handle, "started engine \(engine.kind.rawValue) (\(engine.precision.rawValue)) "
+                     + "on \(engine.provider.rawValue)")
+        if let note = engine.providerNote {
+            ErrorMapping.postWarning(note, on: handle)
+        }
+        return engine
     }
 
     private func makeEngine(_ settings: Settings) throws -> MattingEngine {
@@ -312,36 +330,16 @@ final class MatteFilter {
             return false
         }
         DebugLog.log(GST_LEVEL_INFO, handle, "negotiated \(capsKey)")
-        // Caps of another size: temporal state no longer applies (warmUp resets it), and one run at
-        // the new size warms the runtime up and gives the first latency estimate. Caps of the same
-        // size (another framerate, output format or colorimetry) keep the track.
+        let current = snapshot()
         let result: Result<Double, Error>? = stream.withLock { state in
             guard let state else { return nil }
             state.output = negotiated
+            // Caps of the same size (another framerate, output format or colorimetry) keep the track.
             if let size = state.size, size == (width, height) {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
                 return .success(-1)
             }
-            state.size = nil
-            state.async?.stop()
-            state.async = nil
-            state.alphaPlane = [UInt8](repeating: 0, count: width * height)
-            state.opaquePlane = [UInt8](repeating: 255, count: width * height)
-            state.gaps.forget()
-            let measured = Result { try state.engine.warmUp(width: width, height: height) }
-            if case .success = measured {
-                state.size = (width, height)
-                let current = snapshot()
-                if current.mode == .async {
-                    state.asyncDelayMs = Double(current.asyncDelay)
-                    state.async = AsyncMatting(engine: state.engine)
-                    state.async?.onTrackEvents = { [handle] events, pts in
-                        for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
-                    }
-                    state.async?.start()
-                }
-            }
-            return measured
+            return startSize(width: width, height: height, state: state, settings: current)
         }
         switch result {
         case nil:
@@ -354,17 +352,43 @@ final class MatteFilter {
             return true
         case let .success(ms)?:
             DebugLog.log(GST_LEVEL_DEBUG, handle, "warm-up at \(width)×\(height): \(ms) ms")
-            let current = snapshot()
             // In async mode a frame costs its copy and composite, not an inference: the latency
             // starts from the delay and learns the rest.
             latency.withLock {
                 $0 = current.mode == .async
                     ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0,
                                    heldMs: max(Double(current.asyncDelay), MatteFilter.quickWaitMs))
-                                            : LatencyState(tracker: LatencyTracker(), warmUpMs: ms)
+                    : LatencyState(tracker: LatencyTracker(), warmUpMs: ms)
             }
             return true
         }
+    }
+
+    /// Caps of another size: temporal state no longer applies. Sync mode warms the engine up at the
+    /// new size now (warmUp resets it; one run gives the first latency estimate, in ms); async mode
+    /// hands that, and the models' loading on the first size, to a new inference thread and
+    /// returns at once (0), so that frames leave meanwhile.
+    private func startSize(width: Int, height: Int, state: StreamState, settings current: Settings) -> Result<Double, Error> {
+        state.size = nil
+        state.async?.stop()
+        state.async = nil
+        state.alphaPlane = [UInt8](repeating: 0, count: width * height)
+        state.noAlphaPlane = [UInt8](repeating: UInt8(current.noPersonAlpha), count: width * height)
+        state.gaps.forget()
+        guard current.mode == .async else {
+            let measured = Result { try state.engines.get().warmUp(width: width, height: height) }
+            if case .success = measured { state.size = (width, height) }
+            return measured
+        }
+        state.size = (width, height)
+        state.asyncDelayMs = Double(current.asyncDelay)
+        let async = AsyncMatting(engines: state.engines, width: width, height: height)
+        async.onTrackEvents = { [handle] events, pts in
+            for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
+        }
+        async.start()
+        state.async = async
+        return .success(0)
     }
 
     // MARK: Events and queries
@@ -465,7 +489,7 @@ final class MatteFilter {
             return GST_FLOW_ERROR
         }
         let current = snapshot()
-        let engine = state.engine
+        guard let engine = state.engine else { return GST_FLOW_NOT_NEGOTIATED }  // (made at start in sync mode)
         if let source = pendingSeed.take() {
             engine.replaceSeed(source)
         }
@@ -481,7 +505,7 @@ final class MatteFilter {
             case .alpha:
                 try engine.matte(frame, into: destination.gray, report: &state.report)
             case let .composite(format):
-                try composite(frame, into: destination, format: format, state: state, settings: current)
+                try composite(frame, into: destination, format: format, engine: engine, state: state, settings: current)
             }
         } catch {
             posts.append(.error(error))
@@ -507,11 +531,11 @@ final class MatteFilter {
     }
 
     private func composite(_ frame: BGRAImage, into destination: VideoFrameView, format: CompositeFormat,
-                           state: StreamState, settings current: Settings) throws {
+                           engine: MattingEngine, state: StreamState, settings current: Settings) throws {
         let width = frame.width, height = frame.height
         try state.alphaPlane.withUnsafeMutableBufferPointer { plane in
             let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
-            try state.engine.matte(frame, into: alpha, report: &state.report)
+            try engine.matte(frame, into: alpha, report: &state.report)
             let compositeStart = monotonicMs()
             state.compositor.composite(frame: frame, alpha: alpha, output: destination.bytes,
                                        outputStride: destination.stride, format: format,
@@ -543,14 +567,17 @@ final class MatteFilter {
     }
 
     func stats(pts: GstClockTime, totalMs: Double, latencyMs: Double, state: StreamState) -> UnsafeMutablePointer<GstStructure> {
-        let report = state.report, engine = state.engine
+        let report = state.report
         let stats = gst_structure_new_empty("matanyone-stats")!
         shim_structure_set_uint64(stats, "frame", state.framesProcessed)
         shim_structure_set_uint64(stats, "pts", pts)
-        shim_structure_set_string(stats, "engine", engine.kind.rawValue)
-        shim_structure_set_string(stats, "precision", engine.precision.rawValue)
-        shim_structure_set_string(stats, "provider", engine.provider.rawValue)
-        shim_structure_set_string(stats, "data", engine.dataOnDevice ? "device" : "host")
+        // (In async mode, until the inference thread has made the engine, nothing of it is known.)
+        if let engine = state.engine {
+            shim_structure_set_string(stats, "engine", engine.kind.rawValue)
+            shim_structure_set_string(stats, "precision", engine.precision.rawValue)
+            shim_structure_set_string(stats, "provider", engine.provider.rawValue)
+            shim_structure_set_string(stats, "data", engine.dataOnDevice ? "device" : "host")
+        }
         shim_structure_set_string(stats, "mode", state.async == nil ? "sync" : "async")
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
         shim_structure_set_double(stats, "inference-ms", report.inferenceMs)
@@ -563,6 +590,7 @@ final class MatteFilter {
         shim_structure_set_boolean(stats, "seeded", report.seeded ? 1 : 0)
         shim_structure_set_uint(stats, "memory-frames", UInt32(report.memoryFrames))
         if report.seedMs > 0 { shim_structure_set_double(stats, "seed-ms", report.seedMs) }
+        guard let engine = state.engine else { return stats }
         if engine.kind == .matanyone2 {
             shim_structure_set_uint(stats, "people", UInt32(report.people))
             for (slot, ms) in report.personMs.enumerated() where ms > 0 {

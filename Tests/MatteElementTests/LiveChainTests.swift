@@ -103,7 +103,11 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
         #expect(run.processed == 150, "frames out: \(run.processed)")
         #expect(run.elementDrops == 0)
         let ages = values(run, "alpha-age-ms")
-        #expect(ages.count > 100, "frames with an alpha: \(ages.count)")
+        // The models load on the inference thread while the first frames leave without an alpha;
+        // from the first alpha on, every frame wears one.
+        let firstWithAlpha = run.stats.firstIndex { $0["alpha-age-ms"] != nil } ?? run.stats.count
+        #expect(ages.count > 30 && ages.count == run.stats.count - firstWithAlpha,
+                "frames with an alpha: \(ages.count) of \(run.stats.count - firstWithAlpha) after the first")
         #expect(ages.allSatisfy { $0 >= 0 })
         #expect(values(run, "inference-fps").last ?? 0 > 1)
         #expect(run.stats.allSatisfy { $0["mode"] == "async" })
