@@ -191,6 +191,7 @@ final class AsyncMatting {
             let frame = engine == nil ? nil : pending
             pending = nil
             inFlight = frame?.pts
+            if engine == nil { condition.broadcast() }  // (a drain waiting for the frame dropped)
             condition.unlock()
             guard let engine else { continue }
 

@@ -5,7 +5,10 @@ import MatteEngine
 /// inference thread's first frame in async mode, so that frames leave at once while models load.
 /// Made once: a failure is kept and thrown again, and a later caps change reuses the engine made.
 final class EngineSlot {
+    /// Guards `engine` and `failure` for quick reads (the streaming thread's stats read the engine
+    /// while it is being made); `making` serialises the makers, held for the whole load.
     private let lock = NSLock()
+    private let making = NSLock()
     private var engine: MattingEngine?
     private var failure: Error?
     private let make: () throws -> MattingEngine
@@ -24,16 +27,17 @@ final class EngineSlot {
 
     /// The engine, made now if it was not yet (on the caller's thread; concurrent callers wait).
     func get() throws -> MattingEngine {
-        lock.lock()
-        defer { lock.unlock() }
-        if let engine { return engine }
-        if let failure { throw failure }
+        making.lock()
+        defer { making.unlock() }
+        let (made, failed) = lock.withLock { (engine, failure) }
+        if let made { return made }
+        if let failed { throw failed }
         do {
             let made = try make()
-            engine = made
+            lock.withLock { engine = made }
             return made
         } catch {
-            failure = error
+            lock.withLock { failure = error }
             throw error
         }
     }
