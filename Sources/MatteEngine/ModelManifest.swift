@@ -14,7 +14,9 @@ public enum ModelLocations {
 
     /// The folder of one engine's model set inside `modelDir`. A `modelDir` that itself holds a
     /// manifest for that engine is accepted too, so users can point straight at a set; so is one
-    /// whose manifest cannot be read, when it has no such subfolder (the error then names it).
+    /// whose manifest cannot be read, when it has no such subfolder (the error then names it). A
+    /// `modelDir` that is another engine's set (model-dir naming the MatAnyone2 set, with seed=auto
+    /// needing the segmenter) finds this engine's set beside it, in the folder that holds both.
     public static func engineDir(modelDir: String, engine: String) -> String {
         setFolder(modelDir: modelDir, engine: engine, subfolder: engine)
     }
@@ -24,7 +26,9 @@ public enum ModelLocations {
         var info = stat()
         guard lstat(modelDir + "/manifest.json", &info) == 0 else { return nested }
         if let manifest = try? ModelManifest.load(directory: modelDir) {
-            return manifest.engine == engine ? modelDir : nested
+            if manifest.engine == engine { return modelDir }
+            let sibling = (modelDir as NSString).deletingLastPathComponent + "/" + subfolder
+            return !FileManager.default.fileExists(atPath: nested) && FileManager.default.fileExists(atPath: sibling) ? sibling : nested
         }
         return FileManager.default.fileExists(atPath: nested) ? nested : modelDir
     }
@@ -160,6 +164,14 @@ public struct ModelManifest: Decodable {
         let path = directory + "/manifest.json"
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            // Inside another engine's set: model-dir names that set, and this one is not beside it either.
+            let parent = (directory as NSString).deletingLastPathComponent
+            if let other = try? ModelManifest.load(directory: parent) {
+                let wanted = (directory as NSString).lastPathComponent
+                throw EngineError.modelMissing(path: directory, hint: "model-dir \(parent) is the \(other.engine) set itself, and "
+                    + "the \(wanted) set is neither inside it nor beside it: set model-dir to the folder that holds both sets "
+                    + "(scripts/setup.sh installs the segmenter into \(ModelLocations.defaultModelDir)), or seed from a mask (seed=mask)")
+            }
             throw EngineError.modelMissing(path: directory, hint: "The model folder does not exist. " + setupHint)
         }
         let bytes: [UInt8]

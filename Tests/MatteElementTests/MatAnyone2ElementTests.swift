@@ -64,6 +64,14 @@ import TestPaths
         #expect(stats.map { $0["memory-frames"] ?? "" }.contains("5"))
     }
 
+    /// model-dir straight at the MatAnyone2 set with seed=auto: the segmenter beside it seeds.
+    @Test func modelDirAtTheSetItselfSeedsAutomatically() throws {
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! matanyone engine=matanyone2 "
+                              + "model-dir=\"\(TestPaths.modelDir)/matanyone2\" working-size=144 warmup=0 stats-interval=1 ! fakesink")
+        #expect(run.error == nil, "\(run.error?.message ?? "")")
+        #expect(run.elementMessages.contains { $0["name"] == "matanyone-stats" && $0["engine"] == "matanyone2" })
+    }
+
     @Test func engineAutoPicksMatAnyone2WhenItsSetIsInstalled() throws {
         let run = runPipeline("videotestsrc num-buffers=1 pattern=black ! video/x-raw,format=BGRA,width=64,height=48 "
                               + "! matanyone model-dir=\"\(TestPaths.modelDir)\" stats-interval=1 ! fakesink")

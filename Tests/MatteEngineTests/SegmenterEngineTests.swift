@@ -24,6 +24,29 @@ struct SegmenterEngineTests {
         try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
     }
 
+    /// model-dir naming the MatAnyone2 set itself (seed=auto then needs the segmenter): the segmenter's
+    /// set is found beside it; where there is none, the error says what model-dir should be instead
+    /// of sending the user to set-up.
+    @Test func aModelDirThatIsAnotherEnginesSetFindsTheSegmenterBesideIt() throws {
+        let root = TestPaths.scratch("sets-side-by-side")
+        try FileManager.default.createSymbolicLink(atPath: root + "/matanyone2",
+                                                   withDestinationPath: TestPaths.modelDir + "/matanyone2")
+        try FileManager.default.createSymbolicLink(atPath: root + "/segmenter",
+                                                   withDestinationPath: ModelLocations.engineDir(modelDir: TestPaths.modelDir, engine: "segmenter"))
+        #expect(ModelLocations.engineDir(modelDir: root + "/matanyone2", engine: "segmenter") == root + "/segmenter")
+        _ = try SegmenterEngine(options: EngineOptions(modelDir: root + "/matanyone2"))
+
+        let alone = TestPaths.scratch("set-alone")
+        try FileManager.default.createSymbolicLink(atPath: alone + "/matanyone2", withDestinationPath: TestPaths.modelDir + "/matanyone2")
+        #expect {
+            try SegmenterEngine(options: EngineOptions(modelDir: alone + "/matanyone2"))
+        } throws: { error in
+            guard case let .modelMissing(path, hint) = error as? EngineError else { return false }
+            return path == alone + "/matanyone2/segmenter" && hint.contains("is the matanyone2 set itself")
+                && hint.contains("folder that holds both sets") && !hint.contains("Run scripts/setup.sh")
+        }
+    }
+
     @Test func missingModelFolderNamesThePathAndTheFix() {
         let options = EngineOptions(modelDir: "/nonexistent/models")
         #expect {
