@@ -22,11 +22,12 @@ typedef struct {
 static inline GType shim_type_video_filter(void) { return GST_TYPE_VIDEO_FILTER; }
 static inline GType shim_type_none(void) { return G_TYPE_NONE; }
 
+/* EXPLICIT_NOTIFY: the element emits notify itself, and not for a set it ignored. */
 static inline GParamFlags shim_param_readwrite_ready(void) {
-    return (GParamFlags)(G_PARAM_READWRITE | GST_PARAM_MUTABLE_READY);
+    return (GParamFlags)(G_PARAM_READWRITE | GST_PARAM_MUTABLE_READY | G_PARAM_EXPLICIT_NOTIFY);
 }
 static inline GParamFlags shim_param_readwrite_playing(void) {
-    return (GParamFlags)(G_PARAM_READWRITE | GST_PARAM_MUTABLE_PLAYING);
+    return (GParamFlags)(G_PARAM_READWRITE | GST_PARAM_MUTABLE_PLAYING | G_PARAM_EXPLICIT_NOTIFY);
 }
 static inline GSignalFlags shim_signal_action(void) {
     return (GSignalFlags)(G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION);

@@ -126,12 +126,15 @@ final class MatteFilter {
 
     func snapshot() -> Settings { settings.withLock { $0 } }
 
-    func setProperty(_ declaration: PropertyDeclaration, _ value: PropertyValue) {
+    /// Sets a property; false when the set was ignored (a READY-only property while running: no
+    /// notify then, as nothing changed).
+    @discardableResult
+    func setProperty(_ declaration: PropertyDeclaration, _ value: PropertyValue) -> Bool {
         let running = handle.currentState.rawValue > GST_STATE_READY.rawValue
         if declaration.mutability == .ready, running {
             ErrorMapping.postWarning(
                 "property '\(declaration.name)' can only be changed in the READY or NULL state; ignored", on: handle)
-            return
+            return false
         }
         let updated = settings.withLock { current -> Settings in
             declaration.write(&current, value)
@@ -140,6 +143,7 @@ final class MatteFilter {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "\(declaration.name) set to \(declaration.read(updated))")
         if declaration.name == "output" { handle.reconfigureSource() }
         if declaration.name == "seed-mask", running, updated.seed == .mask { seedMaskChanged(updated) }
+        return true
     }
 
     func property(_ declaration: PropertyDeclaration) -> PropertyValue { declaration.read(snapshot()) }

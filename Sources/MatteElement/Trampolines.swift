@@ -239,6 +239,11 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         if let buffer { matte.arrived(arrival(trans!, buffer), pts: buffer.pointee.pts) }
         if matte.isAsync, let buffer {
             let owned = OwnedBuffer(taking: buffer)
+            // What the base class's own submit_input_buffer does first: renegotiate when downstream
+            // asked (RECONFIGURE), before any output buffer is allocated.
+            guard gst_base_transform_reconfigure(trans) != 0 else {
+                return isFlushing(trans!.pointee.srcpad) ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED
+            }
             return withMappedFrame(buffer, &videoFilter(trans!).pointee.in_info, GST_MAP_READ) { view in
                 matte.submitAsync(view, buffer: owned)
             } ?? GST_FLOW_ERROR
@@ -278,6 +283,10 @@ private func installVideoFilterHandlers(_ videoFilterClass: UnsafeMutablePointer
     videoFilterClass.pointee.transform_frame = { videoFilter, input, output in
         filter(videoFilter).transform(input: VideoFrameView(frame: input!), output: VideoFrameView(frame: output!))
     }
+}
+
+private func isFlushing(_ pad: UnsafeMutablePointer<GstPad>) -> Bool {
+    pad.pointee.object.flags & GST_PAD_FLAG_FLUSHING.rawValue != 0
 }
 
 /// The instance as the GstVideoFilter it is (negotiated infos).
@@ -431,7 +440,7 @@ private func installProperties(_ objectClass: UnsafeMutablePointer<GObjectClass>
 
 private let setPropertyTrampoline:
     @convention(c) (UnsafeMutablePointer<GObject>?, guint, UnsafePointer<GValue>?, UnsafeMutablePointer<GParamSpec>?) -> Void = {
-        object, id, value, _ in
+        object, id, value, spec in
         guard let declaration = PropertyDeclaration.with(id: id) else { return }
         let converted: PropertyValue
         switch declaration.kind {
@@ -439,7 +448,7 @@ private let setPropertyTrampoline:
         case .string: converted = .string(g_value_get_string(value).map { String(cString: $0) } ?? "")
         case .uint: converted = .uint(g_value_get_uint(value))
         }
-        filter(object).setProperty(declaration, converted)
+        if filter(object).setProperty(declaration, converted) { g_object_notify_by_pspec(object, spec) }
     }
 
 private let getPropertyTrampoline:

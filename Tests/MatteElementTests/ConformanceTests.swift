@@ -1,0 +1,74 @@
+import CGStreamer
+import CGstCheck
+import Foundation
+import Testing
+import MatteElement
+import TestPaths
+
+/// What a GStreamer user expects of any element: renegotiation when downstream asks for it, and
+/// notify only for a property that changed.
+@Suite(.serialized) struct ConformanceTests {
+    private func buffer(_ index: Int, width: Int = 64, height: Int = 48) -> UnsafeMutablePointer<GstBuffer> {
+        let buffer = gst_buffer_new_allocate(nil, gsize(width * height * 4), nil)!
+        gst_buffer_memset(buffer, 0, UInt8(60 + index % 100), gsize(width * height * 4))
+        buffer.pointee.pts = GstClockTime(index) * 33_333_333
+        buffer.pointee.duration = 33_333_333
+        return buffer
+    }
+
+    /// Downstream switching from BGRA to GRAY8 mid-stream (a capsfilter's caps changed: RECONFIGURE
+    /// upstream) is followed in both modes; async mode ignored it before.
+    @Test(arguments: ["sync", "async"]) func reconfigureFromDownstreamIsFollowed(mode: String) throws {
+        precondition(gstreamerReady)
+        let harness = gst_harness_new_parse("\(TestPaths.element) mode=\(mode) ! capsfilter name=cf caps=video/x-raw,format=BGRA")!
+        defer { gst_harness_teardown(harness) }
+        gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=64,height=48,framerate=30/1")
+        func pushAndPull(_ index: Int) -> Int? {
+            #expect(gst_harness_push(harness, buffer(index)) == GST_FLOW_OK)
+            guard let out = gst_harness_pull(harness) else { return nil }
+            defer { gst_buffer_unref(out) }
+            return Int(gst_buffer_get_size(out))
+        }
+        #expect((0..<3).map(pushAndPull) == [Int?](repeating: 64 * 48 * 4, count: 3))
+        let bin = UnsafeMutableRawPointer(harness.pointee.element!).assumingMemoryBound(to: GstBin.self)
+        let capsfilter = try #require(gst_bin_get_by_name(bin, "cf"))
+        defer { gst_object_unref(capsfilter) }
+        gst_util_set_object_arg(UnsafeMutableRawPointer(capsfilter).assumingMemoryBound(to: GObject.self), "caps",
+                                "video/x-raw,format=GRAY8")
+        #expect((3..<6).map(pushAndPull) == [Int?](repeating: 64 * 48, count: 3))
+    }
+
+    /// A READY-only property set while PLAYING is ignored (with a warning) and emits no notify; a
+    /// property mutable while playing notifies.
+    @Test func anIgnoredSetEmitsNoNotify() throws {
+        precondition(gstreamerReady)
+        let harness = gst_harness_new_parse("\(TestPaths.element) name=props")!
+        defer { gst_harness_teardown(harness) }
+        gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=64,height=48,framerate=30/1")
+        #expect(gst_harness_push(harness, buffer(0)) == GST_FLOW_OK)
+        if let out = gst_harness_pull(harness) { gst_buffer_unref(out) }
+        let bin = UnsafeMutableRawPointer(harness.pointee.element!).assumingMemoryBound(to: GstBin.self)
+        let element = try #require(gst_bin_get_by_name(bin, "props"))
+        defer { gst_object_unref(element) }
+        #expect(element.pointee.current_state == GST_STATE_PLAYING)
+        let object = UnsafeMutableRawPointer(element).assumingMemoryBound(to: GObject.self)
+        let notified = UnsafeMutablePointer<[String]>.allocate(capacity: 1)
+        notified.initialize(to: [])
+        defer { notified.deinitialize(count: 1); notified.deallocate() }
+        let handler: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutablePointer<GParamSpec>?, UnsafeMutableRawPointer?) -> Void = {
+            _, spec, data in
+            data!.assumingMemoryBound(to: [String].self).pointee.append(String(cString: spec!.pointee.name))
+        }
+        let id = g_signal_connect_data(object, "notify", unsafeBitCast(handler, to: GCallback.self), notified, nil, GConnectFlags(rawValue: 0))
+        defer { g_signal_handler_disconnect(object, id) }
+        gst_util_set_object_arg(object, "working-size", "160")
+        var value = GValue()
+        g_value_init(&value, GType(7 << 2))  // G_TYPE_UINT
+        g_object_get_property(object, "working-size", &value)
+        #expect(g_value_get_uint(&value) == 288, "the ignored set changed the value")
+        g_value_unset(&value)
+        #expect(notified.pointee.isEmpty, "notify for an ignored set: \(notified.pointee)")
+        gst_util_set_object_arg(object, "reset-after-gap", "1000")
+        #expect(notified.pointee == ["reset-after-gap"])
+    }
+}
