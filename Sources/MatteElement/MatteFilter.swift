@@ -285,6 +285,8 @@ final class MatteFilter {
         }
     }
 
+    static let rgbFormats: Set<String> = ["BGRA", "RGBA"]
+
     /// Caps on the other pad for `caps` on the pad in `direction`.
     func transformCaps(direction: GstPadDirection, caps: UnsafeMutablePointer<GstCaps>,
                        filter: UnsafeMutablePointer<GstCaps>?) -> UnsafeMutablePointer<GstCaps> {
@@ -292,10 +294,15 @@ final class MatteFilter {
         var result = gst_caps_new_empty()!
         for index in 0..<gst_caps_get_size(caps) {
             let structure = gst_caps_get_structure(caps, index)!
+            let given = gst_structure_get_string(structure, "format").map { String(cString: $0) }
             for format in formats {
                 let copy = gst_structure_copy(structure)!
-                // Colour description does not carry over between RGB and grey.
-                gst_structure_remove_field(copy, "colorimetry")
+                // The composite keeps the frame's colours: its colour description carries over between
+                // RGB formats (a bt709 frame leaves labelled bt709), never to or from the grey alpha.
+                // Size, pixel aspect ratio and interlacing carry over as they are.
+                if format == "GRAY8" || !MatteFilter.rgbFormats.contains(given ?? "") {
+                    gst_structure_remove_field(copy, "colorimetry")
+                }
                 gst_structure_remove_field(copy, "chroma-site")
                 shim_structure_set_string(copy, "format", format)
                 result = gst_caps_merge_structure(result, copy)
@@ -328,7 +335,19 @@ final class MatteFilter {
             ErrorMapping.postSettingsError("input and output sizes differ", on: handle)
             return false
         }
-        let capsKey = "\(width)×\(height) → \(negotiated)"
+        let interlacing = input.pointee.interlace_mode
+        let capsKey = "\(width)×\(height) → \(negotiated), interlacing \(interlacing.rawValue)"
+        if interlacing != GST_VIDEO_INTERLACE_MODE_PROGRESSIVE {
+            // A woven frame's two fields are two instants: the matte would comb at every moving edge.
+            if refusedCaps.withLock({ $0 != capsKey }) {
+                refusedCaps.withLock { $0 = capsKey }
+                let mode = String(cString: gst_video_interlace_mode_to_string(interlacing))
+                ErrorMapping.postStreamFormatError("interlaced input (interlace-mode=\(mode)) is not matted: put deinterlace in "
+                                                   + "front of the element (… ! deinterlace ! videoconvert ! video/x-raw,format=BGRA "
+                                                   + "! matanyone …)", on: handle)
+            }
+            return false
+        }
         if refusedCaps.withLock({ $0 == capsKey }) {
             DebugLog.log(GST_LEVEL_DEBUG, handle, "caps \(capsKey) were refused already; not reporting again")
             return false
@@ -457,6 +476,19 @@ final class MatteFilter {
         let late = ready - deadline
         DebugLog.log(GST_LEVEL_LOG, handle, "dropping a frame before work: it would reach the sink \(Double(late) / 1e6) ms late")
         return late
+    }
+
+    /// Whether a meta with these tags stays valid on the output (copied there), else the base
+    /// class decides (it keeps metas without tags). The element never changes the picture's geometry:
+    /// what depends only on the video, its size or orientation stays (regions of interest, affine
+    /// transformations, …); what depends on the colour space stays on a composite (RGB in, the
+    /// same RGB out) but not on the grey alpha; memory-bound metas (GstVideoMeta: strides of
+    /// the input's memory) never carry over.
+    func keepsMeta(tags: [String]) -> Bool {
+        guard !tags.isEmpty else { return false }
+        var valid: Set<String> = ["video", "size", "orientation"]
+        if stream.withLock({ $0?.output }) != .alpha { valid.insert("colorspace") }
+        return tags.allSatisfy(valid.contains)
     }
 
     /// Frames submitted and processed so far (QoS message statistics).

@@ -263,6 +263,18 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         guard let (frame, alpha) = matte.releaseNext() else { return matte.asyncFailed ? GST_FLOW_ERROR : GST_FLOW_OK }
         return renderAsync(trans!, matte, frame, alpha, into: output!)
     }
+    transformClass.pointee.transform_meta = { trans, outbuf, meta, inbuf in
+        let matte = filter(trans)
+        var tags: [String] = []
+        if let list = gst_meta_api_type_get_tags(meta!.pointee.info.pointee.api) {
+            var index = 0
+            while let tag = list[index] {
+                tags.append(String(cString: tag))
+                index += 1
+            }
+        }
+        return matte.keepsMeta(tags: tags) ? 1 : parentTransformClass.pointee.transform_meta(trans, outbuf, meta, inbuf)
+    }
     transformClass.pointee.query = { trans, direction, query in
         guard parentTransformClass.pointee.query(trans, direction, query) != 0 else { return 0 }
         if direction == GST_PAD_SRC, query!.pointee.type == GST_QUERY_LATENCY {

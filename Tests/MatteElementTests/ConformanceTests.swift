@@ -5,8 +5,8 @@ import Testing
 import MatteElement
 import TestPaths
 
-/// What a GStreamer user expects of any element: renegotiation when downstream asks for it, and
-/// notify only for a property that changed.
+/// What a GStreamer user expects of any element: renegotiation when downstream asks for it, notify
+/// only for a property that changed, the picture's description kept, interlacing never woven.
 @Suite(.serialized) struct ConformanceTests {
     private func buffer(_ index: Int, width: Int = 64, height: Int = 48) -> UnsafeMutablePointer<GstBuffer> {
         let buffer = gst_buffer_new_allocate(nil, gsize(width * height * 4), nil)!
@@ -70,5 +70,56 @@ import TestPaths
         #expect(notified.pointee.isEmpty, "notify for an ignored set: \(notified.pointee)")
         gst_util_set_object_arg(object, "reset-after-gap", "1000")
         #expect(notified.pointee == ["reset-after-gap"])
+    }
+
+    /// A composite keeps the frame's colorimetry and pixel aspect ratio (a bt709 frame left
+    /// unlabelled is read downstream as sRGB); the grey alpha keeps the aspect ratio only.
+    @Test func compositeKeepsColorimetryAndAspectRatio() throws {
+        let source = "videotestsrc num-buffers=1 ! video/x-raw,format=BGRA,width=64,height=48,colorimetry=bt709,pixel-aspect-ratio=4/3"
+        let composite = runPipeline("\(source) ! \(TestPaths.element) ! video/x-raw,format=BGRA ! appsink name=out")
+        #expect(composite.error == nil, "\(composite.error?.message ?? "")")
+        let compositeCaps = try #require(composite.caps.first)
+        #expect(compositeCaps.contains("colorimetry=(string)bt709") && compositeCaps.contains("pixel-aspect-ratio=(fraction)4/3"),
+                "\(compositeCaps)")
+        let alpha = runPipeline("\(source) ! \(TestPaths.element) ! video/x-raw,format=GRAY8 ! appsink name=out")
+        let alphaCaps = try #require(alpha.caps.first)
+        #expect(!alphaCaps.contains("bt709") && alphaCaps.contains("pixel-aspect-ratio=(fraction)4/3"), "\(alphaCaps)")
+    }
+
+    /// Interlaced input is refused at negotiation with the fix in the message, never matted woven.
+    @Test(arguments: ["interleaved", "mixed"]) func interlacedInputIsRefusedWithTheFix(mode: String) throws {
+        let run = runPipeline("videotestsrc num-buffers=2 ! video/x-raw,format=BGRA,width=64,height=48,interlace-mode=\(mode) "
+                              + "! \(TestPaths.element) ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-stream-error-quark")
+        #expect(error.message.contains("interlace-mode=\(mode)") && error.message.contains("deinterlace"), "\(error.message)")
+        // With deinterlace in front, the same source is matted.
+        let fixed = runPipeline("videotestsrc num-buffers=2 ! video/x-raw,format=BGRA,width=64,height=48,interlace-mode=\(mode) "
+                                + "! deinterlace ! videoconvert ! video/x-raw,format=BGRA ! \(TestPaths.element) ! fakesink")
+        #expect(fixed.error == nil && fixed.reachedEOS, "\(fixed.error?.message ?? "")")
+    }
+
+    /// Metas that depend only on the video's geometry (a region of interest) survive both modes and
+    /// both outputs; the input's GstVideoMeta (its memory's strides) does not become the output's.
+    @Test(arguments: ["sync", "async"]) func geometryMetasAreKept(mode: String) throws {
+        precondition(gstreamerReady)
+        for output in ["GRAY8", "BGRA"] {
+            let harness = gst_harness_new_parse("\(TestPaths.element) mode=\(mode)")!
+            defer { gst_harness_teardown(harness) }
+            gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=64,height=48,framerate=30/1")
+            gst_harness_set_sink_caps_str(harness, "video/x-raw,format=\(output),width=64,height=48,framerate=30/1")
+            let input = buffer(0)
+            _ = gst_buffer_add_video_region_of_interest_meta(input, "person", 3, 4, 20, 30)
+            _ = gst_buffer_add_video_meta(input, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_FORMAT_BGRA, 64, 48)
+            #expect(gst_harness_push(harness, input) == GST_FLOW_OK)
+            let out = try #require(gst_harness_pull(harness))
+            defer { gst_buffer_unref(out) }
+            let meta = try #require(gst_buffer_get_meta(out, gst_video_region_of_interest_meta_api_get_type()), "ROI meta lost (\(output))")
+            let roi = UnsafeMutableRawPointer(meta).assumingMemoryBound(to: GstVideoRegionOfInterestMeta.self).pointee
+            #expect((roi.x, roi.y, roi.w, roi.h) == (3, 4, 20, 30))
+            if let video = gst_buffer_get_video_meta(out) {
+                #expect(video.pointee.format == (output == "GRAY8" ? GST_VIDEO_FORMAT_GRAY8 : GST_VIDEO_FORMAT_BGRA))
+            }
+        }
     }
 }
