@@ -14,19 +14,21 @@ public enum ModelLocations {
 
     /// The folder of one engine's model set inside `modelDir`. A `modelDir` that itself holds a
     /// manifest for that engine is accepted too, so users can point straight at a set; so is one
-    /// whose manifest cannot be read, when it has no such subfolder (the error then names it). A
-    /// `modelDir` that is another engine's set (model-dir naming the MatAnyone2 set, with seed=auto
-    /// needing the segmenter) finds this engine's set beside it, in the folder that holds both.
+    /// whose manifest cannot be read, when it has no such subfolder (the error then names it). The
+    /// segmenter, which also seeds MatAnyone2, is found beside a `modelDir` that is the MatAnyone2
+    /// set (model-dir naming that set, with seed=auto), in the folder that holds both; MatAnyone2 is
+    /// never looked for beside the segmenter's set (engine=auto there means the segmenter).
     public static func engineDir(modelDir: String, engine: String) -> String {
-        setFolder(modelDir: modelDir, engine: engine, subfolder: engine)
+        setFolder(modelDir: modelDir, engine: engine, subfolder: engine, besideOtherSet: engine == EngineKind.segmenter.rawValue)
     }
 
-    private static func setFolder(modelDir: String, engine: String, subfolder: String) -> String {
+    private static func setFolder(modelDir: String, engine: String, subfolder: String, besideOtherSet: Bool = false) -> String {
         let nested = modelDir + "/" + subfolder
         var info = stat()
         guard lstat(modelDir + "/manifest.json", &info) == 0 else { return nested }
         if let manifest = try? ModelManifest.load(directory: modelDir) {
             if manifest.engine == engine { return modelDir }
+            guard besideOtherSet else { return nested }
             let sibling = (modelDir as NSString).deletingLastPathComponent + "/" + subfolder
             return !FileManager.default.fileExists(atPath: nested) && FileManager.default.fileExists(atPath: sibling) ? sibling : nested
         }
@@ -168,9 +170,11 @@ public struct ModelManifest: Decodable {
             let parent = (directory as NSString).deletingLastPathComponent
             if let other = try? ModelManifest.load(directory: parent) {
                 let wanted = (directory as NSString).lastPathComponent
+                let seeder = wanted == EngineKind.segmenter.rawValue
                 throw EngineError.modelMissing(path: directory, hint: "model-dir \(parent) is the \(other.engine) set itself, and "
-                    + "the \(wanted) set is neither inside it nor beside it: set model-dir to the folder that holds both sets "
-                    + "(scripts/setup.sh installs the segmenter into \(ModelLocations.defaultModelDir)), or seed from a mask (seed=mask)")
+                    + "the \(wanted) set is \(seeder ? "neither inside it nor beside it" : "not inside it"): set model-dir to the "
+                    + "folder that holds the \(wanted) set (scripts/setup.sh installs the sets into \(ModelLocations.defaultModelDir))"
+                    + (seeder ? ", or seed MatAnyone2 from a mask (seed=mask)" : ""))
             }
             throw EngineError.modelMissing(path: directory, hint: "The model folder does not exist. " + setupHint)
         }

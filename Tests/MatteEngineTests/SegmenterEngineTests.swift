@@ -43,7 +43,7 @@ struct SegmenterEngineTests {
         } throws: { error in
             guard case let .modelMissing(path, hint) = error as? EngineError else { return false }
             return path == alone + "/matanyone2/segmenter" && hint.contains("is the matanyone2 set itself")
-                && hint.contains("folder that holds both sets") && !hint.contains("Run scripts/setup.sh")
+                && hint.contains("folder that holds the segmenter set") && !hint.contains("Run scripts/setup.sh")
         }
     }
 
