@@ -20,14 +20,18 @@ struct LiveRun {
 }
 
 /// `element`: the matanyone element's name (its QoS messages count as the element's drops).
-func runLive(_ description: String, element: String = "m", timeout: Double = 120) -> LiveRun {
-    withPlayingPipeline(description) { pipeline, bus in collectLive(pipeline, bus, element: element, timeout: timeout) }
+/// `until`: once it holds for what was collected, the pipeline is sent EOS (a long source stopped
+/// when enough happened: async mode loads its models after PLAYING, slowly under ThreadSanitizer).
+func runLive(_ description: String, element: String = "m", timeout: Double = 120,
+             until: ((LiveRun) -> Bool)? = nil) -> LiveRun {
+    withPlayingPipeline(description) { pipeline, bus in collectLive(pipeline, bus, element: element, timeout: timeout, until: until) }
         ?? LiveRun(error: "parse")
 }
 
 func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMutablePointer<GstBus>, element: String = "m",
-                 timeout: Double) -> LiveRun {
+                 timeout: Double, until: ((LiveRun) -> Bool)? = nil) -> LiveRun {
     var run = LiveRun()
+    var stopping = false
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline, !run.reachedEOS, run.error == nil {
         guard let message = gst_bus_timed_pop(bus, 100_000_000) else { continue }
@@ -61,6 +65,10 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
                 run.lagsMs.append((now - pts) / 1_000_000)
             }
             run.processed = Int(fields["frame"] ?? "") ?? run.processed
+            if !stopping, let until, until(run) {
+                stopping = true
+                _ = gst_element_send_event(pipeline, gst_event_new_eos())
+            }
         default:
             break
         }
@@ -94,19 +102,27 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
 
     private func values(_ run: LiveRun, _ field: String) -> [Double] { run.stats.compactMap { $0[field].flatMap(Double.init) } }
 
+    /// A live source long enough for any machine, stopped (EOS) once `until` holds.
+    let longLiveSource = "videotestsrc is-live=true pattern=ball num-buffers=3000 ! video/x-raw,format=BGRA,width=640,height=360,framerate=30/1"
+
+    private func framesWithAlpha(_ run: LiveRun) -> Int { run.stats.filter { $0["alpha-age-ms"] != nil }.count }
+
     /// mode=async: every frame leaves (none dropped by the element), each with the newest alpha;
-    /// inference runs on its own thread at its own rate.
+    /// inference runs on its own thread at its own rate. (The models load on the inference thread
+    /// after PLAYING: the run lasts until 100 frames have had an alpha.)
     @Test func asyncModeKeepsEveryFrame() {
-        let run = runLive("\(liveSource) ! \(matanyone2) mode=async ! video/x-raw,format=BGRA ! \(videoSink)")
+        let run = runLive("\(longLiveSource) ! \(matanyone2) mode=async ! video/x-raw,format=BGRA ! \(videoSink)",
+                          until: { framesWithAlpha($0) >= 100 })
         #expect(run.error == nil, "\(run.error ?? "")")
         #expect(run.reachedEOS)
-        #expect(run.processed == 150, "frames out: \(run.processed)")
+        // Every frame that reached the element left it: none dropped, none stranded at EOS.
+        #expect(run.processed >= 100 && run.stats.last?["frames-dropped"] == "0", "frames out: \(run.processed)")
         #expect(run.elementDrops == 0)
         let ages = values(run, "alpha-age-ms")
         // The models load on the inference thread while the first frames leave without an alpha;
         // from the first alpha on, every frame wears one.
         let firstWithAlpha = run.stats.firstIndex { $0["alpha-age-ms"] != nil } ?? run.stats.count
-        #expect(ages.count > 30 && ages.count == run.stats.count - firstWithAlpha,
+        #expect(ages.count >= 100 && ages.count == run.stats.count - firstWithAlpha,
                 "frames with an alpha: \(ages.count) of \(run.stats.count - firstWithAlpha) after the first")
         #expect(ages.allSatisfy { $0 >= 0 })
         #expect(values(run, "inference-fps").last ?? 0 > 1)
@@ -121,9 +137,12 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
     /// With async-delay at least the inference time, a frame that was inferred leaves with its own
     /// alpha (age 0), and the delay is part of the reported latency.
     @Test func asyncDelayGivesInferredFramesTheirOwnAlpha() {
-        let run = runLive("\(liveSource) ! \(matanyone2) mode=async async-delay=1500 ! video/x-raw,format=GRAY8 ! \(videoSink)")
+        let ownAlphas = { (run: LiveRun) in run.stats.filter { $0["alpha-age-ms"].flatMap(Double.init) == 0 }.count }
+        let run = runLive("\(longLiveSource) ! \(matanyone2) mode=async async-delay=1500 ! video/x-raw,format=GRAY8 ! \(videoSink)",
+                          until: { ownAlphas($0) >= 5 && framesWithAlpha($0) >= 60 })
         #expect(run.error == nil, "\(run.error ?? "")")
-        #expect(run.processed == 150, "frames out: \(run.processed)")
+        #expect(run.reachedEOS)
+        #expect(run.processed >= 60 && run.stats.last?["frames-dropped"] == "0", "frames out: \(run.processed)")
         let ages = values(run, "alpha-age-ms")
         #expect(ages.filter { $0 == 0 }.count >= 5, "frames that left with their own alpha: \(ages.filter { $0 == 0 }.count)")
         #expect(values(run, "latency-ms").last ?? 0 >= 1500)

@@ -81,18 +81,25 @@ final class SlowEngine: MattingEngine {
         return lock.withLock { made }
     }
 
+    /// A live 30 fps source → the element named `name` (its engine slow) → a syncing sink that
+    /// sends QoS, for `buffers` frames.
+    func runSlowLive(_ name: String, seedMs: Double, buffers: Int, extra: String = "") -> (run: LiveRun, engines: [SlowEngine]) {
+        var run = LiveRun()
+        let engines = withSlowEngines(name, seedMs: seedMs, frameMs: 250) {
+            run = runLive("videotestsrc is-live=true pattern=ball num-buffers=\(buffers) "
+                          + "! video/x-raw,format=BGRA,width=320,height=180,framerate=30/1 "
+                          + "! \(TestPaths.element) name=\(name) \(extra) stats-interval=1 ! fakesink name=sink sync=true qos=true",
+                          element: name)
+        }
+        return (run, engines)
+    }
+
     /// The issue's chain, scaled down: a live 30 fps source, an element whose seed takes 3 s and
     /// each frame 250 ms, a syncing sink that sends QoS. One seed (the old rule seeded again after
     /// each seed: the base class's QoS drops the seed's backlog, and that read as a gap); the frames
     /// that leave keep up with the clock once the backlog is dropped.
     @Test func aLiveSourceIntoASlowElementSeedsOnce() {
-        var run = LiveRun()
-        let engines = withSlowEngines("slow-live", seedMs: 3000, frameMs: 250) {
-            run = runLive("videotestsrc is-live=true pattern=ball num-buffers=360 "
-                          + "! video/x-raw,format=BGRA,width=320,height=180,framerate=30/1 "
-                          + "! \(TestPaths.element) name=slow-live stats-interval=1 ! fakesink name=sink sync=true qos=true",
-                          element: "slow-live")
-        }
+        let (run, engines) = runSlowLive("slow-live", seedMs: 3000, buffers: 360)
         #expect(run.error == nil, "\(run.error ?? "")")
         #expect(run.reachedEOS)
         #expect(engines.count == 1)
@@ -107,13 +114,7 @@ final class SlowEngine: MattingEngine {
 
     /// The same slowness in async mode: inference blocks nothing, and still one seed.
     @Test func asyncModeWithASlowEngineSeedsOnce() {
-        var run = LiveRun()
-        let engines = withSlowEngines("slow-async", seedMs: 2500, frameMs: 250) {
-            run = runLive("videotestsrc is-live=true pattern=ball num-buffers=240 "
-                          + "! video/x-raw,format=BGRA,width=320,height=180,framerate=30/1 "
-                          + "! \(TestPaths.element) name=slow-async mode=async stats-interval=1 ! fakesink name=sink sync=true qos=true",
-                          element: "slow-async")
-        }
+        let (run, engines) = runSlowLive("slow-async", seedMs: 2500, buffers: 240, extra: "mode=async")
         #expect(run.error == nil, "\(run.error ?? "")")
         #expect(run.processed == 240)
         #expect(engines.first?.seeds == 1, "seeds: \(engines.first?.seeds ?? -1)")
