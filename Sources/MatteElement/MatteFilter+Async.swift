@@ -38,7 +38,6 @@ extension MatteFilter {
             let pts = UInt64(input.pts)
             async.submit(input.bgra, pts: pts)
             state.queue.append(QueuedFrame(buffer: buffer, pts: pts, arrivalMs: monotonicMs()))
-            state.gaps.finished(atMs: monotonicMs())
             return GST_FLOW_OK
         }
         for post in posts { deliver(post) }
@@ -125,7 +124,8 @@ extension MatteFilter {
                     state.compositor.composite(frame: frame, alpha: matte, output: destination.bytes,
                                                outputStride: destination.stride, format: format,
                                                background: current.background, color: current.backgroundColor,
-                                               foregroundEstimation: current.edgeColors == .estimated)
+                                               foregroundEstimation: current.edgeColors == .estimated,
+                                               premultiplied: current.alphaMode == .premultiplied)
                 }
             }
             state.framesProcessed += 1

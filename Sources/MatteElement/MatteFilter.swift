@@ -339,8 +339,11 @@ final class MatteFilter {
         let capsKey = "\(width)×\(height) → \(negotiated), interlacing \(interlacing.rawValue)"
         if interlacing != GST_VIDEO_INTERLACE_MODE_PROGRESSIVE {
             // A woven frame's two fields are two instants: the matte would comb at every moving edge.
-            if refusedCaps.withLock({ $0 != capsKey }) {
-                refusedCaps.withLock { $0 = capsKey }
+            let reported = refusedCaps.withLock { refused -> Bool in
+                defer { refused = capsKey }
+                return refused == capsKey
+            }
+            if !reported {
                 let mode = String(cString: gst_video_interlace_mode_to_string(interlacing))
                 ErrorMapping.postStreamFormatError("interlaced input (interlace-mode=\(mode)) is not matted: put deinterlace in "
                                                    + "front of the element (… ! deinterlace ! videoconvert ! video/x-raw,format=BGRA "
@@ -576,7 +579,8 @@ final class MatteFilter {
             state.compositor.composite(frame: frame, alpha: alpha, output: destination.bytes,
                                        outputStride: destination.stride, format: format,
                                        background: current.background, color: current.backgroundColor,
-                                               foregroundEstimation: current.edgeColors == .estimated)
+                                       foregroundEstimation: current.edgeColors == .estimated,
+                                       premultiplied: current.alphaMode == .premultiplied)
             state.report.postprocessMs += monotonicMs() - compositeStart
         }
     }

@@ -44,6 +44,20 @@ enum EdgeColors: String, PropertyEnum {
     }
 }
 
+/// How a composite's colour relates to its alpha. GStreamer's BGRA/RGBA are straight; keyers and
+/// playout servers often want premultiplied (caps cannot say which: see the README).
+enum AlphaMode: String, PropertyEnum {
+    case straight, premultiplied
+    static let typeName = "GstMatAnyoneAlphaMode"
+    var nick: String { rawValue }
+    var blurb: String {
+        switch self {
+        case .straight: return "Colour as it is, alpha beside it (GStreamer's BGRA/RGBA)"
+        case .premultiplied: return "Colour multiplied by alpha (for keyers and playout servers that expect it)"
+        }
+    }
+}
+
 enum BackgroundMode: String, PropertyEnum {
     case none, color, blur
     static let typeName = "GstMatAnyoneBackground"
@@ -176,6 +190,8 @@ struct Settings: Equatable {
     var noPersonAlpha: UInt32 = 255
     /// Composites: estimate the person's colour at soft edges (ForegroundEstimator; README figures).
     var edgeColors = EdgeColors.estimated
+    /// Composites with alpha below 255: straight, as GStreamer's BGRA is.
+    var alphaMode = AlphaMode.straight
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -246,6 +262,9 @@ struct PropertyDeclaration {
         .enumeration("edge-colors", "Edge colours",
                      "Composites: the colour the person gets where the matte is soft (estimated: no halo of the old "
                          + "background; original: plain blending)", \.edgeColors, .playing),
+        .enumeration("alpha-mode", "Alpha mode",
+                     "Composites whose alpha is below 255 (background=none, a translucent background-color): straight "
+                         + "colour, as GStreamer's BGRA/RGBA, or premultiplied by alpha", \.alphaMode, .playing),
         .uint("background-color", "Background colour",
               "Colour under the person for background=color, as ARGB (0xAARRGGBB)", \.backgroundColor, 0...UInt32.max, .playing),
         .string("model-dir", "Model folder", "Folder with the model sets (segmenter/, matanyone2/, each with manifest.json)",

@@ -133,6 +133,7 @@ private let enumTypes: [String: GType] = [
     OutputMode.typeName: registerEnum(OutputMode.self),
     BackgroundMode.typeName: registerEnum(BackgroundMode.self),
     EdgeColors.typeName: registerEnum(EdgeColors.self),
+    AlphaMode.typeName: registerEnum(AlphaMode.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),
     SeedMode.typeName: registerEnum(SeedMode.self),

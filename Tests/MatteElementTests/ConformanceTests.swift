@@ -122,4 +122,33 @@ import TestPaths
             }
         }
     }
+
+    /// alpha-mode=premultiplied: each colour is the straight output's multiplied by its alpha,
+    /// rounded; the alpha is the same; an opaque composite is unchanged.
+    @Test func premultipliedOutputIsTheStraightOneTimesAlpha() throws {
+        let frames = "\(TestPaths.dataDir)/test-sample2-512x288.bgra"
+        let source = "filesrc location=\"\(frames)\" blocksize=\(512 * 288 * 4) ! rawvideoparse format=bgra width=512 height=288 "
+            + "framerate=25/1 ! identity eos-after=2"
+        func output(_ extra: String) -> [UInt8]? {
+            runPipeline("\(source) ! \(TestPaths.element) background=none \(extra) ! video/x-raw,format=BGRA ! appsink name=out").samples.first
+        }
+        let straight = try #require(output(""))
+        let premultiplied = try #require(output("alpha-mode=premultiplied"))
+        #expect(straight.count == premultiplied.count)
+        var soft = 0, wrong = 0
+        for pixel in stride(from: 0, to: straight.count, by: 4) {
+            let alpha = Double(straight[pixel + 3])
+            if alpha > 0, alpha < 255 { soft += 1 }
+            if premultiplied[pixel + 3] != straight[pixel + 3] { wrong += 1 }
+            for channel in 0..<3 where premultiplied[pixel + channel] != UInt8((Double(straight[pixel + channel]) * alpha / 255).rounded()) {
+                wrong += 1
+            }
+        }
+        #expect(wrong == 0 && soft > 100, "\(wrong) bytes off, \(soft) soft pixels")
+        let opaque = runPipeline("\(source) ! \(TestPaths.element) background=blur alpha-mode=premultiplied ! video/x-raw,format=BGRA "
+                                 + "! appsink name=out").samples.first
+        let opaqueStraight = runPipeline("\(source) ! \(TestPaths.element) background=blur ! video/x-raw,format=BGRA ! appsink name=out")
+            .samples.first
+        #expect(opaque != nil && opaque == opaqueStraight)
+    }
 }

@@ -22,6 +22,36 @@ struct PixelLogicTests {
         #expect(rgba == [30, 20, 10, 0, 60, 50, 40, 200])
     }
 
+    /// Premultiplying is round(c × a / 255) for every colour and alpha byte, over every row tail
+    /// of the four-pixel lanes; alpha itself is kept.
+    @Test func premultiplyRoundsExactlyOnEveryWidth() {
+        for width in 1...19 {
+            var pixels = (0..<(width * 4 * 3)).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ width) }
+            let before = pixels
+            pixels.withUnsafeMutableBufferPointer { Compositor.premultiply($0.baseAddress!, stride: width * 4, width: width, height: 3) }
+            for index in 0..<pixels.count {
+                #expect(pixels[index] == premultiplied(before[index], by: index % 4 == 3 ? 255 : before[index | 3]),
+                        "width \(width), byte \(index)")
+            }
+        }
+        // Every (colour, alpha) pair: pixel c * 256 + a holds colour c and alpha a.
+        var all = [UInt8](repeating: 0, count: 256 * 256 * 4)
+        for pair in 0..<65_536 {
+            let colour = UInt8(pair / 256), alpha = UInt8(pair % 256)
+            all[4 * pair] = colour
+            all[4 * pair + 1] = colour
+            all[4 * pair + 2] = colour
+            all[4 * pair + 3] = alpha
+        }
+        all.withUnsafeMutableBufferPointer { Compositor.premultiply($0.baseAddress!, stride: 256 * 4, width: 256, height: 256) }
+        let wrong = (0..<65_536).filter { all[4 * $0] != premultiplied(UInt8($0 / 256), by: UInt8($0 % 256)) }
+        #expect(wrong.isEmpty, "\(wrong.count) of 65536 (colour, alpha) pairs off")
+    }
+
+    private func premultiplied(_ colour: UInt8, by alpha: UInt8) -> UInt8 {
+        UInt8((Double(colour) * Double(alpha) / 255).rounded())
+    }
+
     @Test func flatteningOverAColourIsPorterDuffOver() {
         let frame: [UInt8] = [200, 100, 0, 255, 200, 100, 0, 255, 200, 100, 0, 255]
         var matte: [UInt8] = [255, 0, 128]

@@ -18,7 +18,7 @@ check() { # description, command...
 inspect_lists_everything() {
     local text; text="$(gst-inspect-1.0 matanyone)" || return 1
     for word in "Filter/Effect/Video" "SINK template" "SRC template" "GRAY8" "RGBA" "BGRA" output background \
-                background-color model-dir engine stats-interval runtime-library threads execution-provider gpu-device \
+                background-color alpha-mode model-dir engine stats-interval runtime-library threads execution-provider gpu-device \
                 "License                  LGPL"; do
         grep -q -- "$word" <<<"$text" || { echo "gst-inspect-1.0 matanyone lacks '$word'"; return 1; }
     done
@@ -84,6 +84,34 @@ live_alpha_pngs() {
     [ "$n" = 60 ] || { echo "$n PNGs for 60 frames"; return 1; }
 }
 check "example: live → alpha PNGs, every frame kept (async, async-delay)" live_alpha_pngs
+
+# Recording with alpha: each container of the example keeps the element's alpha. The file is
+# decoded again and its alpha compared with the element's own GRAY8 alpha of the same frames:
+# FFV1 and PNG exactly, ProRes 4444 (10-bit alpha) within 1 of 255.
+alpha_survives() { # codec, file, largest difference allowed
+    local codec="$1" file="$OUT/$2" allowed="$3"
+    FRAMES=6 "$ROOT/examples/pipelines/file-to-alpha-video.sh" "$CLIP" "$file" "$codec" >"$OUT/record-$codec.log" 2>&1 || return 1
+    gst-launch-1.0 -q filesrc location="$file" ! decodebin ! videoconvert ! video/x-raw,format=BGRA \
+        ! filesink location="$OUT/decoded-$codec.bgra" || return 1
+    [ -s "$OUT/own-alpha.gray" ] || gst-launch-1.0 -q filesrc location="$CLIP" ! decodebin ! videoconvert ! video/x-raw,format=BGRA \
+        ! identity eos-after=6 ! matanyone output=alpha ! video/x-raw,format=GRAY8 ! filesink location="$OUT/own-alpha.gray" || return 1
+    "$ROOT/.venv/bin/python" - "$OUT/decoded-$codec.bgra" "$OUT/own-alpha.gray" "$allowed" <<'PYEOF'
+import sys, numpy as np
+decoded = np.fromfile(sys.argv[1], np.uint8).reshape(-1, 4)[:, 3]
+own = np.fromfile(sys.argv[2], np.uint8)
+frame = 720 * 528  # Megamind.avi
+n = min(decoded.size, own.size) // frame * frame
+if n < 3 * frame:
+    sys.exit(f"only {n // frame} frames to compare")
+difference = np.abs(decoded[:n].astype(int) - own[:n].astype(int))
+soft = int(((own[:n] > 0) & (own[:n] < 255)).sum())
+print(f"{n // frame} frames: alpha max |diff| {difference.max()}, mean {difference.mean():.4f}; {soft} soft pixels")
+sys.exit(0 if difference.max() <= int(sys.argv[3]) and soft > 1000 else 1)
+PYEOF
+}
+check "example: recording with alpha, ProRes 4444 in MOV (decoded alpha = the element's, ±1)" alpha_survives prores alpha.mov 1
+check "example: recording with alpha, FFV1 in Matroska (decoded alpha = the element's, exactly)" alpha_survives ffv1 alpha.mkv 0
+check "example: recording with alpha, PNG in MOV (decoded alpha = the element's, exactly)" alpha_survives png alpha-png.mov 0
 
 missing_models() {
     local log="$OUT/missing.log"
