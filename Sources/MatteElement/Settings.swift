@@ -9,6 +9,11 @@ protocol PropertyEnum: CaseIterable, Equatable {
     var blurb: String { get }
 }
 
+/// Every enum's nick is its raw value (dashed where it has words: the GEnum convention).
+extension PropertyEnum where Self: RawRepresentable, Self.RawValue == String {
+    var nick: String { rawValue }
+}
+
 extension PropertyEnum {
     var gValue: Int32 { Int32(Array(Self.allCases).firstIndex(of: self)!) }
     init?(gValue: Int32) {
@@ -21,7 +26,6 @@ extension PropertyEnum {
 enum OutputMode: String, PropertyEnum {
     case auto, alpha, composite
     static let typeName = "GstMatAnyoneOutput"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .auto: return "Follow downstream caps (GRAY8 → alpha, BGRA/RGBA → composite)"
@@ -35,7 +39,6 @@ enum OutputMode: String, PropertyEnum {
 enum EdgeColors: String, PropertyEnum {
     case estimated, original
     static let typeName = "GstMatAnyoneEdgeColors"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .estimated: return "The person's own colour, estimated at soft edges (no halo of the old background)"
@@ -49,7 +52,6 @@ enum EdgeColors: String, PropertyEnum {
 enum AlphaMode: String, PropertyEnum {
     case straight, premultiplied
     static let typeName = "GstMatAnyoneAlphaMode"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .straight: return "Colour as it is, alpha beside it (GStreamer's BGRA/RGBA)"
@@ -61,7 +63,6 @@ enum AlphaMode: String, PropertyEnum {
 enum BackgroundMode: String, PropertyEnum {
     case none, color, blur
     static let typeName = "GstMatAnyoneBackground"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .none: return "Keep the frame; the matte becomes its alpha channel (straight alpha)"
@@ -74,7 +75,6 @@ enum BackgroundMode: String, PropertyEnum {
 enum MatteMode: String, PropertyEnum {
     case sync, async
     static let typeName = "GstMatAnyoneMode"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .sync: return "Every frame waits for its own alpha (output rate = inference rate)"
@@ -86,7 +86,6 @@ enum MatteMode: String, PropertyEnum {
 enum SeedMode: String, PropertyEnum {
     case auto, mask
     static let typeName = "GstMatAnyoneSeed"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .auto: return "The person segmenter seeds the tracker on the first frame where it finds a person"
@@ -97,7 +96,6 @@ enum SeedMode: String, PropertyEnum {
 
 extension EngineChoice: PropertyEnum {
     static let typeName = "GstMatAnyoneEngine"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .auto: return "MatAnyone2 when its model set is installed, else the segmenter"
@@ -109,7 +107,6 @@ extension EngineChoice: PropertyEnum {
 
 extension ExecutionProvider: PropertyEnum {
     static let typeName = "GstMatAnyoneExecutionProvider"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .cpu: return "CPU"
@@ -123,7 +120,6 @@ extension ExecutionProvider: PropertyEnum {
 
 extension ModelPrecision: PropertyEnum {
     static let typeName = "GstMatAnyonePrecision"
-    var nick: String { rawValue }
     var blurb: String {
         switch self {
         case .fp32: return "The exported float32 MatAnyone2 set (matanyone2/)"
