@@ -22,35 +22,36 @@ enum ErrorMapping {
     }
 
     /// Posts an ERROR message on the bus for `error` (any error; non-engine ones count as STREAM/FAILED).
-    static func postError(_ error: Error, on element: ElementHandle, function: String = #function, line: Int = #line) {
+    static func postError(_ error: Error, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
         let engineError = EngineError.classify(error, during: .processing)
         let (domain, code) = domainAndCode(for: engineError)
-        DebugLog.log(GST_LEVEL_ERROR, element, "\(engineError)")
+        DebugLog.log(GST_LEVEL_ERROR, element, "\(engineError)", file: file, function: function, line: line)
         post(GST_MESSAGE_ERROR, domain: domain, code: code, text: engineError.description,
-             debug: "\(engineError)", on: element, function: function, line: line)
+             debug: "\(engineError)", on: element, file: file, function: function, line: line)
     }
 
     /// Posts a WARNING (the element carries on).
-    static func postWarning(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
+    static func postWarning(_ text: String, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
         post(GST_MESSAGE_WARNING, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FAILED.rawValue),
-             text: text, debug: text, on: element, function: function, line: line)
+             text: text, debug: text, on: element, file: file, function: function, line: line)
     }
 
     /// Posts an ERROR for a buffer the element cannot read or write as negotiated (STREAM/FORMAT).
-    static func postStreamFormatError(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
+    static func postStreamFormatError(_ text: String, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
         post(GST_MESSAGE_ERROR, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FORMAT.rawValue),
-             text: text, debug: text, on: element, function: function, line: line)
+             text: text, debug: text, on: element, file: file, function: function, line: line)
     }
 
     /// Posts an ERROR for bad settings (LIBRARY/SETTINGS).
-    static func postSettingsError(_ text: String, on element: ElementHandle, function: String = #function, line: Int = #line) {
-        postError(EngineError.badSettings(detail: text), on: element, function: function, line: line)
+    static func postSettingsError(_ text: String, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
+        postError(EngineError.badSettings(detail: text), on: element, file: file, function: function, line: line)
     }
 
     private static func post(_ type: GstMessageType, domain: GQuark, code: Int32, text: String, debug: String,
-                             on element: ElementHandle, function: String, line: Int) {
-        // text and debug are transfer-full.
+                             on element: ElementHandle, file: String, function: String, line: Int) {
+        // text and debug are transfer-full. The caller's place, not this file's: the debug line then
+        // says where the element decided to fail.
         gst_element_message_full(element.element, type, domain, code, g_strdup(text), g_strdup(debug),
-                                 #fileID, function, Int32(line))
+                                 file, function, Int32(line))
     }
 }

@@ -177,6 +177,8 @@ import TestPaths
         #expect(error.domain == "gst-resource-error-quark")
         #expect(error.code == Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
         #expect(error.message.contains("/nonexistent/models") && error.message.contains("scripts/setup.sh"))
+        // The debug line names where the element failed, not the error choke point's own file.
+        #expect(error.debug.contains("MatteFilter.swift") && !error.debug.contains("ErrorMapping.swift"), "\(error.debug)")
     }
 
     @Test func absentRuntimeIsLibraryInit() throws {
