@@ -237,7 +237,9 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
     }
     transformClass.pointee.submit_input_buffer = { trans, isDiscont, buffer in
         let matte = filter(trans)
-        if let buffer { matte.arrived(arrival(trans!, buffer), pts: buffer.pointee.pts) }
+        // One clock reading per buffer, for the gap rule and predictive QoS alike.
+        let timing = buffer.flatMap { liveTiming(trans!, $0) }
+        if let buffer { matte.arrived(arrival(trans!, buffer, timing), pts: buffer.pointee.pts) }
         if matte.isAsync, let buffer {
             let owned = OwnedBuffer(taking: buffer)
             // What the base class's own submit_input_buffer does first: renegotiate when downstream
@@ -249,7 +251,7 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
                 matte.submitAsync(view, buffer: owned)
             } ?? GST_FLOW_ERROR
         }
-        if let buffer, gst_base_transform_is_qos_enabled(trans) != 0, let timing = liveTiming(trans!, buffer),
+        if let buffer, gst_base_transform_is_qos_enabled(trans) != 0, let timing,
            let late = matte.lateness(runningTime: timing.runningTime, now: timing.now) {
             postDropped(trans!, buffer, runningTime: timing.runningTime, late: late, counts: matte.frameCounts)
             gst_buffer_unref(buffer)
@@ -365,7 +367,8 @@ private func liveTiming(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutabl
 }
 
 /// A buffer as the gap rule sees it on arrival: stream time, DISCONT, clock.
-private func arrival(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutablePointer<GstBuffer>) -> GapRule.Arrival {
+private func arrival(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutablePointer<GstBuffer>,
+                     _ timing: (runningTime: UInt64, now: UInt64)?) -> GapRule.Arrival {
     let none = shim_clock_time_none(), segment = segmentOf(trans), pts = buffer.pointee.pts
     var streamTime: UInt64?
     if pts != none {
@@ -374,7 +377,7 @@ private func arrival(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutablePo
     }
     let discont = buffer.pointee.mini_object.flags & GST_BUFFER_FLAG_DISCONT.rawValue != 0
     return GapRule.Arrival(streamTime: streamTime, isDiscont: discont,
-                           clock: liveTiming(trans, buffer).map { ($0.runningTime, $0.now) }, atMs: monotonicMs())
+                           clock: timing.map { ($0.runningTime, $0.now) }, atMs: monotonicMs())
 }
 
 /// The QoS message of a frame dropped before work (as the base class posts for its own drops).
