@@ -34,6 +34,8 @@ let package = Package(
             path: "Sources/MatteElement",
             swiftSettings: [.unsafeFlags(["-O"])]
         ),
+        // How well MotionCarry carries a stale alpha, and what the motion costs (tools/carry.py).
+        .executableTarget(name: "CarryBench", dependencies: ["MatteEngine"], path: "Sources/CarryBench"),
         .target(
             name: "GstMatAnyonePlugin",
             dependencies: ["MatteElement", "CGStreamer"],

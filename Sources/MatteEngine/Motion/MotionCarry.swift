@@ -1,0 +1,318 @@
+import Foundation
+
+/// Carries an alpha computed on an older frame to the frame that leaves now, along the picture's own
+/// motion since then. Every frame adds the motion from its predecessor (`add`); `carry` composes the
+/// steps from the alpha's frame to the wanted one and warps the alpha through them.
+///
+/// The trust rule (`photometric`, the default): a step's motion is trusted where the previous frame,
+/// warped by it, shows what this frame shows (mean luma difference over a 5×5 window at the motion's
+/// size within `lumaTolerance`) and the point it comes from lies inside the frame; an occluder, a
+/// disocclusion or a wrong estimate mismatch. Trust multiplies along the path; where it falls, the
+/// carried alpha falls back to the stale alpha at the same place. The carry thus never makes an alpha
+/// value that neither the warped nor the stale alpha has at a pixel: where the motion is in doubt it
+/// is today's matte. (`roundTrip` checks the backward motion against a forward estimate instead; it
+/// costs a second estimate and measured no better: bench/carry-*.json.)
+public final class MotionCarry {
+    /// Sizes of the work: motion at `flow`, the alpha warped at `carry` (twice the motion's size).
+    public struct Sizes: Equatable {
+        public let flowWidth: Int, flowHeight: Int
+        public let carryWidth: Int, carryHeight: Int
+
+        /// For a frame: the carry at most 512×288 worth of pixels (MatAnyone2's working size for a
+        /// 16:9 frame), the motion at half of it; never larger than the frame.
+        public init(frameWidth: Int, frameHeight: Int) {
+            let scale = min(1, (Double(512 * 288) / Double(max(1, frameWidth * frameHeight))).squareRoot())
+            carryWidth = max(1, min(frameWidth, Int((Double(frameWidth) * scale).rounded())))
+            carryHeight = max(1, min(frameHeight, Int((Double(frameHeight) * scale).rounded())))
+            flowWidth = max(1, carryWidth / 2)
+            flowHeight = max(1, carryHeight / 2)
+        }
+    }
+
+    /// What one carry did.
+    public struct Carried: Equatable {
+        /// Frames carried over (0: the alpha was the frame's own).
+        public let frames: Int
+        /// Mean displacement under the alpha, in frame pixels (weighted by the carried alpha).
+        public let meanPixels: Double
+    }
+
+    private struct Step {
+        let pts: UInt64
+        /// Motion from this frame back to the one before, and its trust (nil for the first frame).
+        let back: FlowField?
+        let trust: [Float]?
+    }
+
+    private struct Accumulated {
+        let from: UInt64, to: UInt64
+        var field: FlowField
+        var trust: [Float]
+    }
+
+    public let frameWidth: Int, frameHeight: Int
+    public let sizes: Sizes
+    /// Round-trip disagreement (px at the motion's size) below which a step is fully trusted; trust
+    /// falls linearly to none at twice it.
+    public var tolerance: Float = 0.75
+    /// Photometric rule: mean luma difference (0…1) after the warp below which a step is fully
+    /// trusted; trust falls linearly to none at twice it.
+    public var lumaTolerance: Float = 0.08
+    public enum TrustRule: String, CaseIterable { case roundTrip = "round-trip", photometric, none }
+    public var rule = TrustRule.photometric
+    private let capacity: Int
+    /// The backward motion (what the carry follows) and, for the round-trip rule, the forward one
+    /// (only to check it, so a level coarser), estimated side by side on two cores.
+    private let backward: OpticalFlow
+    private let forward: OpticalFlow
+    private var previous: LumaPlane?
+    private var steps: [Step] = []
+    private var accumulated: Accumulated?
+    private let up: Resampler
+    private var warped: [Float]
+    /// Time the newest `add` took (ms).
+    public private(set) var lastMotionMs = 0.0
+
+    /// Keeps the motion of the last `capacity` frames (an alpha older than that leaves stale).
+    public init(frameWidth: Int, frameHeight: Int, capacity: Int = 64, flow: OpticalFlow.Parameters = OpticalFlow.Parameters()) {
+        backward = OpticalFlow(parameters: flow)
+        var check = flow
+        check.finestLevel = max(flow.finestLevel, 1)
+        forward = OpticalFlow(parameters: check)
+        self.frameWidth = frameWidth
+        self.frameHeight = frameHeight
+        sizes = Sizes(frameWidth: frameWidth, frameHeight: frameHeight)
+        self.capacity = max(2, capacity)
+        up = Resampler(sourceWidth: sizes.carryWidth, sourceHeight: sizes.carryHeight, targetWidth: frameWidth, targetHeight: frameHeight)
+        warped = [Float](repeating: 0, count: sizes.carryWidth * sizes.carryHeight)
+    }
+
+    /// Forgets all motion (a new stream, a seek, a reset track).
+    public func reset() {
+        previous = nil
+        steps.removeAll()
+        accumulated = nil
+    }
+
+    /// Adds a frame: its motion back to the frame added before it.
+    public func add(_ frame: BGRAImage, pts: UInt64) {
+        precondition(frame.width == frameWidth && frame.height == frameHeight)
+        let start = monotonicMs()
+        let luma = LumaPlane(frame: frame, width: sizes.flowWidth, height: sizes.flowHeight)
+        var step = Step(pts: pts, back: nil, trust: nil)
+        if let previous, steps.last.map({ $0.pts < pts }) ?? false {
+            switch rule {
+            case .roundTrip:
+                var back: FlowField?, ahead: FlowField?
+                DispatchQueue.concurrentPerform(iterations: 2) { index in
+                    if index == 0 { back = backward.flow(from: luma, to: previous) } else { ahead = forward.flow(from: previous, to: luma) }
+                }
+                step = Step(pts: pts, back: back!, trust: MotionCarry.trust(back: back!, forward: ahead!, tolerance: tolerance))
+            case .photometric:
+                let back = backward.flow(from: luma, to: previous)
+                step = Step(pts: pts, back: back, trust: MotionCarry.trust(back: back, current: luma, previous: previous, tolerance: lumaTolerance))
+            case .none:
+                let back = backward.flow(from: luma, to: previous)
+                step = Step(pts: pts, back: back, trust: MotionCarry.trust(back: back, current: luma, previous: previous, tolerance: .infinity))
+            }
+        } else {
+            steps.removeAll()  // (time went back: the old motion leads nowhere)
+            accumulated = nil
+        }
+        steps.append(step)
+        if steps.count > capacity { steps.removeFirst(steps.count - capacity) }
+        previous = luma
+        lastMotionMs = monotonicMs() - start
+    }
+
+    /// Whether the motion from the frame at `from` to the frame at `to` is known.
+    public func knows(from: UInt64, to: UInt64) -> Bool {
+        guard from < to, let first = steps.firstIndex(where: { $0.pts == from }),
+              let last = steps.lastIndex(where: { $0.pts == to }), last > first else { return false }
+        return steps[(first + 1)...last].allSatisfy { $0.back != nil }
+    }
+
+    /// The alpha at the carry size (`alpha` is the full-frame plane of the frame at `from`): for
+    /// `carry`, made once per alpha.
+    public func carrySized(_ alpha: GrayImage) -> [Float] {
+        precondition(alpha.width == frameWidth && alpha.height == frameHeight)
+        return MotionCarry.averaged(alpha, width: sizes.carryWidth, height: sizes.carryHeight)
+    }
+
+    /// Writes `alpha` (carry-sized, of the frame at `from`) carried to the frame at `to` into
+    /// `destination` (full frame); nil (nothing written) when the motion between them is not known.
+    public func carry(_ alpha: [Float], from: UInt64, to: UInt64, into destination: GrayImage) -> Carried? {
+        precondition(alpha.count == sizes.carryWidth * sizes.carryHeight)
+        guard let field = accumulate(from: from, to: to) else { return nil }
+        let frames = steps.filter { $0.pts > from && $0.pts <= to }.count
+        let mean = warp(alpha, field: field.field, trust: field.trust)
+        warped.withUnsafeBufferPointer { up.resample($0.baseAddress!, sourceStride: sizes.carryWidth, into: destination) }
+        return Carried(frames: frames, meanPixels: mean)
+    }
+
+    /// The composed motion and trust from `to` back to `from`: extended by one step from the last
+    /// one when it can be, else built from the steps kept.
+    private func accumulate(from: UInt64, to: UInt64) -> Accumulated? {
+        guard knows(from: from, to: to) else { return nil }
+        if let cached = accumulated, cached.from == from, cached.to == to { return cached }
+        let last = steps.lastIndex { $0.pts == to }!
+        var result: Accumulated
+        var index: Int
+        if let cached = accumulated, cached.from == from, let at = steps.lastIndex(where: { $0.pts == cached.to }), at < last {
+            result = cached
+            index = at + 1
+        } else {
+            let first = steps.firstIndex { $0.pts == from }!
+            let step = steps[first + 1]
+            result = Accumulated(from: from, to: step.pts, field: step.back!, trust: step.trust!)
+            index = first + 2
+        }
+        while index <= last {
+            result = MotionCarry.compose(result, with: steps[index])
+            index += 1
+        }
+        accumulated = result
+        return result
+    }
+
+    /// B_new(x) = b(x) + B_old(x + b(x)); trust likewise, multiplied.
+    private static func compose(_ old: Accumulated, with step: Step) -> Accumulated {
+        let back = step.back!, stepTrust = step.trust!
+        let w = back.width, h = back.height
+        var field = FlowField(width: w, height: h)
+        var trust = [Float](repeating: 0, count: w * h)
+        old.field.dx.withUnsafeBufferPointer { odx in
+            old.field.dy.withUnsafeBufferPointer { ody in
+                old.trust.withUnsafeBufferPointer { otrust in
+                    for y in 0..<h {
+                        for x in 0..<w {
+                            let i = y * w + x
+                            let px = Float(x) + back.dx[i], py = Float(y) + back.dy[i]
+                            field.dx[i] = back.dx[i] + bilinear(odx.baseAddress!, width: w, height: h, x: px, y: py)
+                            field.dy[i] = back.dy[i] + bilinear(ody.baseAddress!, width: w, height: h, x: px, y: py)
+                            trust[i] = stepTrust[i] * bilinear(otrust.baseAddress!, width: w, height: h, x: px, y: py)
+                        }
+                    }
+                }
+            }
+        }
+        return Accumulated(from: old.from, to: step.pts, field: field, trust: trust)
+    }
+
+    /// A step's trust by the picture: 1 where the previous frame warped by the motion shows what this
+    /// frame shows (the mean luma difference over a 5×5 window within `tolerance`, 0…1), falling to 0
+    /// at twice it; 0 where the point lies outside. A window, not a pixel: a patch that appeared from
+    /// nowhere (an occluder) mostly mismatches, though a few of its pixels may match by chance.
+    static func trust(back: FlowField, current: LumaPlane, previous: LumaPlane, tolerance: Float) -> [Float] {
+        let w = back.width, h = back.height, n = w * h
+        let count = (n + 7) / 8 * 8
+        let error = UnsafeMutablePointer<Float>.allocate(capacity: 2 * count)
+        defer { error.deallocate() }
+        let outside = [Bool](unsafeUninitializedCapacity: n) { flags, initialized in
+            previous.values.withUnsafeBufferPointer { p in
+                current.values.withUnsafeBufferPointer { c in
+                    for y in 0..<h {
+                        for x in 0..<w {
+                            let i = y * w + x
+                            let px = Float(x) + back.dx[i], py = Float(y) + back.dy[i]
+                            flags[i] = !(px >= -0.5 && py >= -0.5 && px <= Float(w) - 0.5 && py <= Float(h) - 0.5)
+                            error[i] = abs(bilinear(p.baseAddress!, width: w, height: h, x: px, y: py) - c[i])
+                        }
+                    }
+                }
+            }
+            initialized = n
+        }
+        let radius = 2
+        OpticalFlow.boxSum(error, width: w, height: h, radius: radius, scratch: error + count)
+        var trust = [Float](repeating: 0, count: n)
+        for y in 0..<h {
+            let rows = Float(min(h - 1, y + radius) - max(0, y - radius) + 1)
+            for x in 0..<w where !outside[y * w + x] {
+                let columns = Float(min(w - 1, x + radius) - max(0, x - radius) + 1)
+                let mean = error[y * w + x] / (rows * columns)
+                trust[y * w + x] = min(1, max(0, 2 - mean / tolerance))
+            }
+        }
+        return trust
+    }
+
+    /// A step's trust: 1 where the backward motion and the forward motion at the point it leads to
+    /// cancel within the tolerance, falling to 0 at twice it; 0 where the point lies outside.
+    static func trust(back: FlowField, forward: FlowField, tolerance: Float) -> [Float] {
+        let w = back.width, h = back.height
+        var trust = [Float](repeating: 0, count: w * h)
+        forward.dx.withUnsafeBufferPointer { fdx in
+            forward.dy.withUnsafeBufferPointer { fdy in
+                for y in 0..<h {
+                    for x in 0..<w {
+                        let i = y * w + x
+                        let px = Float(x) + back.dx[i], py = Float(y) + back.dy[i]
+                        guard px >= -0.5, py >= -0.5, px <= Float(w) - 0.5, py <= Float(h) - 0.5 else { continue }
+                        let ex = back.dx[i] + bilinear(fdx.baseAddress!, width: w, height: h, x: px, y: py)
+                        let ey = back.dy[i] + bilinear(fdy.baseAddress!, width: w, height: h, x: px, y: py)
+                        let error = (ex * ex + ey * ey).squareRoot()
+                        trust[i] = min(1, max(0, 2 - error / tolerance))
+                    }
+                }
+            }
+        }
+        return trust
+    }
+
+    /// Warps `alpha` (carry size) through `field`/`trust` (motion size) into `warped`; returns the
+    /// mean displacement under the result, in frame pixels.
+    private func warp(_ alpha: [Float], field: FlowField, trust: [Float]) -> Double {
+        let cw = sizes.carryWidth, ch = sizes.carryHeight, fw = field.width, fh = field.height
+        let sx = Float(fw) / Float(cw), sy = Float(fh) / Float(ch)
+        let toFrame = Double(frameWidth) / Double(fw)
+        var moved = 0.0, weight = 0.0
+        alpha.withUnsafeBufferPointer { a in
+            field.dx.withUnsafeBufferPointer { dx in
+                field.dy.withUnsafeBufferPointer { dy in
+                    trust.withUnsafeBufferPointer { t in
+                        warped.withUnsafeMutableBufferPointer { out in
+                            for y in 0..<ch {
+                                let fy = (Float(y) + 0.5) * sy - 0.5
+                                var rowMoved: Float = 0, rowWeight: Float = 0
+                                for x in 0..<cw {
+                                    let fx = (Float(x) + 0.5) * sx - 0.5
+                                    let ux = bilinear(dx.baseAddress!, width: fw, height: fh, x: fx, y: fy)
+                                    let uy = bilinear(dy.baseAddress!, width: fw, height: fh, x: fx, y: fy)
+                                    let c = bilinear(t.baseAddress!, width: fw, height: fh, x: fx, y: fy)
+                                    let carried = bilinear(a.baseAddress!, width: cw, height: ch, x: Float(x) + ux / sx, y: Float(y) + uy / sy)
+                                    let value = c * carried + (1 - c) * a[y * cw + x]
+                                    out[y * cw + x] = value
+                                    rowMoved += value * (ux * ux + uy * uy).squareRoot()
+                                    rowWeight += value
+                                }
+                                moved += Double(rowMoved)
+                                weight += Double(rowWeight)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return weight > 0 ? moved / weight * toFrame : 0
+    }
+
+    /// A byte plane averaged down to floats in 0…1 (up to 4×4 samples per output pixel, as the luma).
+    static func averaged(_ plane: GrayImage, width: Int, height: Int) -> [Float] {
+        let (nx, xs) = SampleGrid.points(source: plane.width, output: width)
+        let (ny, ys) = SampleGrid.points(source: plane.height, output: height)
+        var out = [Float](repeating: 0, count: width * height)
+        let norm = 1 / (Float(nx * ny) * 255)
+        for y in 0..<height {
+            for x in 0..<width {
+                var sum = 0
+                for j in 0..<ny {
+                    let row = plane.base + ys[y * ny + j] * plane.stride
+                    for i in 0..<nx { sum += Int(row[xs[x * nx + i]]) }
+                }
+                out[y * width + x] = Float(sum) * norm
+            }
+        }
+        return out
+    }
+}
