@@ -37,6 +37,15 @@ extension MatteFilter {
             }
             let pts = UInt64(input.pts)
             async.submit(input.bgra, pts: pts)
+            if let carry = state.carry {
+                if snapshot().alignment == .motion {
+                    carry.add(input.bgra, pts: pts)
+                    state.motionMs = carry.lastMotionMs
+                } else {
+                    state.forgetMotion()
+                    state.motionMs = 0
+                }
+            }
             state.queue.append(QueuedFrame(buffer: buffer, pts: pts, arrivalMs: monotonicMs()))
             return GST_FLOW_OK
         }
@@ -97,6 +106,28 @@ extension MatteFilter {
     /// Forgets the queued frames (FLUSH_STOP).
     func flushAsync() { stream.withLock { $0?.queue.removeAll() } }
 
+    /// alignment=motion: `alpha` (of an older frame) carried along the motion to the frame at `pts`,
+    /// written to `state.carriedPlane`; nil (use the alpha as it is) for the frame's own alpha, an alpha
+    /// of a later frame, or motion not known (a reset since, older than the motion kept).
+    private func carry(alpha: AsyncMatting.Alpha, to pts: UInt64, state: StreamState, settings current: Settings) -> MotionCarry.Carried? {
+        guard current.alignment == .motion, alpha.pts < pts, let carry = state.carry, carry.knows(from: alpha.pts, to: pts) else {
+            return nil
+        }
+        if state.carrySource?.pts != alpha.pts {
+            var plane = alpha.plane
+            let small = plane.withUnsafeMutableBufferPointer {
+                carry.carrySized(GrayImage(base: $0.baseAddress!, width: carry.frameWidth, height: carry.frameHeight, stride: carry.frameWidth))
+            }
+            state.carrySource = (alpha.pts, small)
+        }
+        let carried = state.carriedPlane.withUnsafeMutableBufferPointer {
+            carry.carry(state.carrySource!.plane, from: alpha.pts, to: pts,
+                        into: GrayImage(base: $0.baseAddress!, width: carry.frameWidth, height: carry.frameHeight, stride: carry.frameWidth))
+        }
+        DebugLog.log(GST_LEVEL_LOG, handle, "alpha of pts \(alpha.pts) carried \(carried?.frames ?? 0) frames to pts \(pts)")
+        return carried
+    }
+
     /// Writes the output of a released frame: its alpha (`no-person-alpha` before the first) as GRAY8, or the
     /// composite.
     func renderAsync(input: VideoFrameView, output destination: VideoFrameView, alpha: AsyncMatting.Alpha?) -> GstFlowReturn {
@@ -112,7 +143,8 @@ extension MatteFilter {
             let current = snapshot()
             let frame = input.bgra
             let usable = alpha.flatMap { $0.plane.count == frame.width * frame.height ? $0 : nil }
-            var plane = usable?.plane ?? state.noAlphaPlane
+            let carried = usable.flatMap { carry(alpha: $0, to: UInt64(input.pts), state: state, settings: current) }
+            var plane = carried != nil ? state.carriedPlane : usable?.plane ?? state.noAlphaPlane
             plane.withUnsafeMutableBufferPointer { buffer in
                 let matte = GrayImage(base: buffer.baseAddress!, width: frame.width, height: frame.height, stride: frame.width)
                 switch state.output {
@@ -129,7 +161,8 @@ extension MatteFilter {
                 }
             }
             state.framesProcessed += 1
-            let costMs = monotonicMs() - start
+            // (The frame's cost includes its motion, estimated when it arrived.)
+            let costMs = monotonicMs() - start + state.motionMs
             state.gaps.finished(atMs: monotonicMs())
             let (drifted, latencyMs) = latency.withLock { latency -> (Bool, Double) in
                 (latency.tracker.add(costMs), latency.tracker.expectedMs(fallbackMs: 0) + latency.heldMs)
@@ -150,6 +183,11 @@ extension MatteFilter {
                 state.report.inferenceMs = usable?.inferenceMs ?? 0
                 let stats = stats(pts: input.pts, totalMs: costMs, latencyMs: latencyMs, state: state)
                 if let ageMs { shim_structure_set_double(stats, "alpha-age-ms", ageMs) }
+                if current.alignment == .motion {
+                    shim_structure_set_double(stats, "motion-ms", state.motionMs)
+                    shim_structure_set_uint(stats, "carry-frames", UInt32(carried?.frames ?? 0))
+                    shim_structure_set_double(stats, "carry-pixels", carried?.meanPixels ?? 0)
+                }
                 shim_structure_set_double(stats, "inference-fps", async.inferenceFPS)
                 posts.append(.stats(stats))
             }

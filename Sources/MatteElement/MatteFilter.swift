@@ -51,6 +51,13 @@ final class StreamState {
     var asyncFailed = false
     /// async: the alpha of frames that leave before the first alpha exists (`no-person-alpha`).
     var noAlphaPlane: [UInt8] = []
+    /// async, alignment=motion: the motion of the frames submitted, the newest alpha used at the carry
+    /// size (made once per alpha), the plane a carried alpha is written to, and the motion's cost on
+    /// the newest frame (ms).
+    var carry: MotionCarry?
+    var carrySource: (pts: UInt64, plane: [Float])?
+    var carriedPlane: [UInt8] = []
+    var motionMs = 0.0
 
     /// Resets the engine's track, through the inference thread when it owns the engine.
     func resetEngine() {
@@ -61,6 +68,13 @@ final class StreamState {
     func resetTrack() {
         resetEngine()
         gaps.forget()
+        forgetMotion()
+    }
+
+    /// Forgets the motion and the alpha it carries (a new track, a flush).
+    func forgetMotion() {
+        carry?.reset()
+        carrySource = nil
     }
     var alphaPlane: [UInt8] = []
     var compositor = Compositor()
@@ -408,6 +422,10 @@ final class MatteFilter {
         }
         state.size = (width, height)
         state.asyncDelayMs = Double(current.asyncDelay)
+        // (Made whatever alignment says: it may be switched on while playing.)
+        state.carry = MotionCarry(frameWidth: width, frameHeight: height)
+        state.carrySource = nil
+        state.carriedPlane = [UInt8](repeating: 0, count: width * height)
         let async = AsyncMatting(engines: state.engines, width: width, height: height)
         async.onTrackEvents = { [handle] events, pts in
             for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }

@@ -47,6 +47,18 @@ enum EdgeColors: String, PropertyEnum {
     }
 }
 
+/// mode=async: what a frame that leaves with an older frame's alpha wears.
+enum Alignment: String, PropertyEnum {
+    case motion, none
+    static let typeName = "GstMatAnyoneAlignment"
+    var blurb: String {
+        switch self {
+        case .motion: return "The alpha carried along the picture's motion since its frame (stale where the motion is in doubt)"
+        case .none: return "The alpha as it was computed, on its older frame"
+        }
+    }
+}
+
 /// How a composite's colour relates to its alpha. GStreamer's BGRA/RGBA are straight; keyers and
 /// playout servers often want premultiplied (caps cannot say which: see the README).
 enum AlphaMode: String, PropertyEnum {
@@ -161,6 +173,8 @@ struct Settings: Equatable {
     var mode = MatteMode.sync
     /// async: how long (ms) a frame may wait for an alpha closer to it in time.
     var asyncDelay: UInt32 = 0
+    /// async: carry an older frame's alpha along the motion to the frame it leaves with.
+    var alignment = Alignment.motion
     /// Segmenter: motion-adaptive temporal smoothing in percent (0 = off).
     /// 50: halves flicker at the soft edge on two real clips while a moving edge trails by under
     /// 2.5 % (tools/flicker.py, README).
@@ -300,6 +314,10 @@ struct PropertyDeclaration {
               "mode=async: hold frames up to this many ms so each leaves with the alpha closest to it in time "
                   + "(part of the reported latency; at least the inference time gives every inferred frame its own alpha)",
               \.asyncDelay, 0...10_000, .ready),
+        .enumeration("alignment", "Alignment",
+                     "mode=async: a frame that leaves with an older frame's alpha wears it carried along the picture's "
+                         + "motion since then (motion: ~3–5 ms a 1080p frame on two cores), or as it is (none)",
+                     \.alignment, .playing),
         .uint("temporal-smoothing", "Temporal smoothing",
               "Segmenter: how strongly the matte of still parts of the picture is averaged over time against flicker, "
                   + "in percent (0 = off); where the picture moves the matte follows at once", \.temporalSmoothing, 0...99, .ready),
