@@ -67,7 +67,10 @@ public final class MotionCarry {
     private let forward: OpticalFlow
     private var previous: LumaPlane?
     private var steps: [Step] = []
-    private var accumulated: Accumulated?
+    /// The composed motion from each alpha's frame that is carried or may soon be (`follow`), to the
+    /// frame it was last carried to: extended by a step a frame, never rebuilt while followed.
+    private var accumulated: [UInt64: Accumulated] = [:]
+    private var followed: Set<UInt64> = []
     private let up: Resampler
     private var warped: [Float]
     /// Time the newest `add` took (ms).
@@ -91,7 +94,8 @@ public final class MotionCarry {
     public func reset() {
         previous = nil
         steps.removeAll()
-        accumulated = nil
+        accumulated.removeAll()
+        followed.removeAll()
     }
 
     /// Adds a frame: its motion back to the frame added before it.
@@ -117,13 +121,35 @@ public final class MotionCarry {
             }
         } else {
             steps.removeAll()  // (time went back: the old motion leads nowhere)
-            accumulated = nil
+            accumulated.removeAll()
+            followed.removeAll()
         }
         steps.append(step)
         if steps.count > capacity { steps.removeFirst(steps.count - capacity) }
         previous = luma
+        // The alphas that will be carried get this frame's step now, one compose each: when one of
+        // them arrives, its carry is ready (built from every step then, it was a spike of a few ms a
+        // step on the streaming thread).
+        followed = followed.filter { from in steps.contains { $0.pts == from } }
+        for from in followed where from < pts { _ = accumulate(from: from, to: pts) }
+        accumulated = accumulated.filter { followed.contains($0.key) }
         lastMotionMs = monotonicMs() - start
     }
+
+    /// Keeps the motion from the frame at `from` (a frame added, whose alpha is coming) composed as
+    /// frames are added, and stops following frames before the frame at `from`'s predecessors, which
+    /// a newer alpha has replaced. At most `maxFollowed` at once (the newest).
+    public func follow(from: UInt64) {
+        guard steps.contains(where: { $0.pts == from }) else { return }
+        followed.insert(from)
+        if followed.count > MotionCarry.maxFollowed {
+            followed = Set(followed.sorted().suffix(MotionCarry.maxFollowed))
+        }
+        if let newest = steps.last?.pts, newest > from { _ = accumulate(from: from, to: newest) }
+    }
+
+    /// The alpha in use and the one under inference, and one more for an alpha that is late.
+    static let maxFollowed = 3
 
     /// Whether the motion from the frame at `from` to the frame at `to` is known.
     public func knows(from: UInt64, to: UInt64) -> Bool {
@@ -144,6 +170,9 @@ public final class MotionCarry {
     public func carry(_ alpha: [Float], from: UInt64, to: UInt64, into destination: GrayImage) -> Carried? {
         precondition(alpha.count == sizes.carryWidth * sizes.carryHeight)
         guard let field = accumulate(from: from, to: to) else { return nil }
+        // This alpha stays in use until a newer one comes: follow it, and drop the older ones.
+        followed = followed.filter { $0 >= from }
+        followed.insert(from)
         let frames = steps.filter { $0.pts > from && $0.pts <= to }.count
         let mean = warp(alpha, field: field.field, trust: field.trust)
         warped.withUnsafeBufferPointer { up.resample($0.baseAddress!, sourceStride: sizes.carryWidth, into: destination) }
@@ -154,11 +183,12 @@ public final class MotionCarry {
     /// one when it can be, else built from the steps kept.
     private func accumulate(from: UInt64, to: UInt64) -> Accumulated? {
         guard knows(from: from, to: to) else { return nil }
-        if let cached = accumulated, cached.from == from, cached.to == to { return cached }
+        let cachedEntry = accumulated[from]
+        if let cached = cachedEntry, cached.to == to { return cached }
         let last = steps.lastIndex { $0.pts == to }!
         var result: Accumulated
         var index: Int
-        if let cached = accumulated, cached.from == from, let at = steps.lastIndex(where: { $0.pts == cached.to }), at < last {
+        if let cached = cachedEntry, let at = steps.lastIndex(where: { $0.pts == cached.to }), at < last {
             result = cached
             index = at + 1
         } else {
@@ -171,7 +201,10 @@ public final class MotionCarry {
             result = MotionCarry.compose(result, with: steps[index])
             index += 1
         }
-        accumulated = result
+        accumulated[from] = result
+        if accumulated.count > MotionCarry.maxFollowed + 1, let oldest = accumulated.keys.filter({ !followed.contains($0) && $0 != from }).min() {
+            accumulated[oldest] = nil
+        }
         return result
     }
 
@@ -260,37 +293,30 @@ public final class MotionCarry {
         return trust
     }
 
-    /// Warps `alpha` (carry size) through `field`/`trust` (motion size) into `warped`; returns the
-    /// mean displacement under the result, in frame pixels.
+    /// Warps `alpha` (carry size) through `field`/`trust` (motion size, brought to the carry size
+    /// first: one sample a pixel then) into `warped`; returns the mean displacement under the
+    /// result, in frame pixels.
     private func warp(_ alpha: [Float], field: FlowField, trust: [Float]) -> Double {
-        let cw = sizes.carryWidth, ch = sizes.carryHeight, fw = field.width, fh = field.height
-        let sx = Float(fw) / Float(cw), sy = Float(fh) / Float(ch)
-        let toFrame = Double(frameWidth) / Double(fw)
+        let cw = sizes.carryWidth, ch = sizes.carryHeight
+        let motion = OpticalFlow.upsampled(field, width: cw, height: ch)
+        let confidence = OpticalFlow.resized(trust, width: field.width, height: field.height, toWidth: cw, toHeight: ch)
+        let toFrame = Double(frameWidth) / Double(cw)
         var moved = 0.0, weight = 0.0
         alpha.withUnsafeBufferPointer { a in
-            field.dx.withUnsafeBufferPointer { dx in
-                field.dy.withUnsafeBufferPointer { dy in
-                    trust.withUnsafeBufferPointer { t in
-                        warped.withUnsafeMutableBufferPointer { out in
-                            for y in 0..<ch {
-                                let fy = (Float(y) + 0.5) * sy - 0.5
-                                var rowMoved: Float = 0, rowWeight: Float = 0
-                                for x in 0..<cw {
-                                    let fx = (Float(x) + 0.5) * sx - 0.5
-                                    let ux = bilinear(dx.baseAddress!, width: fw, height: fh, x: fx, y: fy)
-                                    let uy = bilinear(dy.baseAddress!, width: fw, height: fh, x: fx, y: fy)
-                                    let c = bilinear(t.baseAddress!, width: fw, height: fh, x: fx, y: fy)
-                                    let carried = bilinear(a.baseAddress!, width: cw, height: ch, x: Float(x) + ux / sx, y: Float(y) + uy / sy)
-                                    let value = c * carried + (1 - c) * a[y * cw + x]
-                                    out[y * cw + x] = value
-                                    rowMoved += value * (ux * ux + uy * uy).squareRoot()
-                                    rowWeight += value
-                                }
-                                moved += Double(rowMoved)
-                                weight += Double(rowWeight)
-                            }
-                        }
+            warped.withUnsafeMutableBufferPointer { out in
+                for y in 0..<ch {
+                    var rowMoved: Float = 0, rowWeight: Float = 0
+                    for x in 0..<cw {
+                        let i = y * cw + x
+                        let ux = motion.dx[i], uy = motion.dy[i], c = confidence[i]
+                        let carried = bilinear(a.baseAddress!, width: cw, height: ch, x: Float(x) + ux, y: Float(y) + uy)
+                        let value = c * carried + (1 - c) * a[i]
+                        out[i] = value
+                        rowMoved += value * (ux * ux + uy * uy).squareRoot()
+                        rowWeight += value
                     }
+                    moved += Double(rowMoved)
+                    weight += Double(rowWeight)
                 }
             }
         }

@@ -200,32 +200,37 @@ public final class OpticalFlow {
     /// separable: along rows, then down the columns).
     public static func upsampled(_ field: FlowField, width: Int, height: Int) -> FlowField {
         var out = FlowField(width: width, height: height)
-        let (xi, xf) = linearTaps(source: field.width, output: width)
-        let (yi, yf) = linearTaps(source: field.height, output: height)
-        let scaleX = Float(width) / Float(field.width), scaleY = Float(height) / Float(field.height)
-        let rows = UnsafeMutablePointer<Float>.allocate(capacity: field.height * width)
+        out.dx = resized(field.dx, width: field.width, height: field.height, toWidth: width, toHeight: height,
+                         scale: Float(width) / Float(field.width))
+        out.dy = resized(field.dy, width: field.width, height: field.height, toWidth: width, toHeight: height,
+                         scale: Float(height) / Float(field.height))
+        return out
+    }
+
+    /// A float plane resized bilinearly (on pixel centres, separable: along rows, then down the
+    /// columns), its values multiplied by `scale`.
+    static func resized(_ plane: [Float], width: Int, height: Int, toWidth: Int, toHeight: Int, scale: Float = 1) -> [Float] {
+        let (xi, xf) = linearTaps(source: width, output: toWidth)
+        let (yi, yf) = linearTaps(source: height, output: toHeight)
+        let rows = UnsafeMutablePointer<Float>.allocate(capacity: height * toWidth)
         defer { rows.deallocate() }
-        func resize(_ input: UnsafePointer<Float>, scale: Float, into output: UnsafeMutablePointer<Float>) {
-            for y in 0..<field.height {
-                let row = input + y * field.width, dst = rows + y * width
-                for x in 0..<width {
-                    let a = row[xi[x]], b = row[min(xi[x] + 1, field.width - 1)]
+        plane.withUnsafeBufferPointer { input in
+            for y in 0..<height {
+                let row = input.baseAddress! + y * width, dst = rows + y * toWidth
+                for x in 0..<toWidth {
+                    let a = row[xi[x]], b = row[min(xi[x] + 1, width - 1)]
                     dst[x] = (a + xf[x] * (b - a)) * scale
                 }
             }
-            for y in 0..<height {
-                let top = rows + yi[y] * width, bottom = rows + min(yi[y] + 1, field.height - 1) * width
-                let f = yf[y], dst = output + y * width
-                for x in 0..<width { dst[x] = top[x] + f * (bottom[x] - top[x]) }
+        }
+        return [Float](unsafeUninitializedCapacity: toWidth * toHeight) { output, initialized in
+            for y in 0..<toHeight {
+                let top = rows + yi[y] * toWidth, bottom = rows + min(yi[y] + 1, height - 1) * toWidth
+                let f = yf[y], dst = output.baseAddress! + y * toWidth
+                for x in 0..<toWidth { dst[x] = top[x] + f * (bottom[x] - top[x]) }
             }
+            initialized = toWidth * toHeight
         }
-        field.dx.withUnsafeBufferPointer { src in
-            out.dx.withUnsafeMutableBufferPointer { resize(src.baseAddress!, scale: scaleX, into: $0.baseAddress!) }
-        }
-        field.dy.withUnsafeBufferPointer { src in
-            out.dy.withUnsafeMutableBufferPointer { resize(src.baseAddress!, scale: scaleY, into: $0.baseAddress!) }
-        }
-        return out
     }
 
     /// For each output index of an axis: the source index at or before its centre and the fraction
