@@ -139,6 +139,13 @@ final class AsyncMatting {
         condition.unlock()
     }
 
+    /// The frame under inference, if any (its alpha is the next to come).
+    var inFlightPts: UInt64? {
+        condition.lock()
+        defer { condition.unlock() }
+        return inFlight
+    }
+
     /// The median inference time of the alphas kept (ms), nil before the first.
     var medianInferenceMs: Double? {
         condition.lock()
@@ -173,7 +180,15 @@ final class AsyncMatting {
         }
     }
 
+    /// The inference thread's nice value. On two cores the streaming thread competes with the
+    /// runtime's own threads for every frame's motion and composite; a frame that leaves late is
+    /// worse than an alpha that is a few ms later, so inference yields. (Linux keeps nice per thread,
+    /// and the runtime's threads, made while the models load on this thread, inherit it.)
+    static let inferenceNice: Int32 = 10
+
     private func work() {
+        // (Raising one's own nice needs no privilege; where it fails, inference keeps the default.)
+        _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, AsyncMatting.inferenceNice)
         let engine = prepare()
         var report = FrameReport(modelCount: engine?.modelNames.count ?? 0)
         while true {

@@ -41,6 +41,8 @@ extension MatteFilter {
                 if snapshot().alignment == .motion {
                     carry.add(input.bgra, pts: pts)
                     state.motionMs = carry.lastMotionMs
+                    // The alpha coming next is carried from its frame: compose its motion as it goes.
+                    if let coming = async.inFlightPts { carry.follow(from: coming) }
                 } else {
                     state.forgetMotion()
                     state.motionMs = 0
