@@ -65,6 +65,7 @@ from tools.bench import cpu_description, machine, parse_stats, summary
 ROOT = Path(__file__).resolve().parent.parent
 WARMUP_S = 5.0
 MODES = ("sync", "async")
+ALIGNMENTS = ("motion", "none")
 ENGINES = ("matanyone2", "segmenter")
 TARGETS = {
     "sync": "sink drops ≤ 5 % of the frames the element processed",
@@ -196,6 +197,10 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
         "pts_lag_ms": summary(lags),
         "reported_latency_ms": last.get("latency-ms"),
         "alpha_age_ms": summary(field("alpha-age-ms")),  # async mode only: None/None otherwise
+        # async with alignment=motion: the motion's cost per frame, and how far frames carried their alpha.
+        "motion_ms": summary(field("motion-ms")),
+        "carry_frames": summary(field("carry-frames")),
+        "carry_pixels": summary(field("carry-pixels")),
         "inference_fps_median": summary(field("inference-fps"))["median"],
         "latency_ms": summary([ms for t, ms in latencies if in_window(t)]),
         # How late past their render time the frames the sink dropped were (QoS jitter).
@@ -246,13 +251,15 @@ def make_seed_mask(path: Path) -> Path:
     return path
 
 
-def pipeline_description(args, engine: str, mode: str, mask: Path | None) -> str:
+def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignment: str | None = None) -> str:
     """The gst-launch-1.0 description of one run, shell-quoted (split with shlex before launching)."""
     width, height = args.input_size
     element = f"matanyone engine={engine} working-size={min(args.working_size)} stats-interval=1"
     # Only when asked for: a sync run with no delay must also work on a plugin without these properties.
     if mode != "sync" or args.async_delay:
         element += f" mode={mode} async-delay={args.async_delay}"
+    if alignment:
+        element += f" alignment={alignment}"
     if args.model_dir:
         element += f" model-dir={shlex.quote(str(Path(args.model_dir).resolve()))}"
     if engine == "matanyone2":
@@ -297,13 +304,14 @@ def launch(description: str, log_path: Path, limit_s: float) -> tuple[int, str, 
     return returncode, "".join(lines), stopped.is_set()
 
 
-def run_configuration(args, engine: str, mode: str, mask: Path | None, work: Path) -> dict:
-    description = pipeline_description(args, engine, mode, mask)
-    log_path = work / f"live-{engine}-{mode}.log"
-    print(f"{engine} {mode}: {args.duration} s live run (log: {log_path.relative_to(ROOT)}) …", flush=True)
+def run_configuration(args, engine: str, mode: str, mask: Path | None, work: Path, alignment: str | None = None) -> dict:
+    description = pipeline_description(args, engine, mode, mask, alignment)
+    name = f"{engine}-{mode}" + (f"-{alignment}" if alignment else "")
+    log_path = work / f"live-{name}.log"
+    print(f"{name}: {args.duration} s live run (log: {log_path.relative_to(ROOT)}) …", flush=True)
     # Generous: loading the models and MatAnyone2's seeding come before the first frame.
     returncode, text, stopped = launch(description, log_path, limit_s=2 * args.duration + 60)
-    run = {"engine": engine, "mode": mode, "pipeline": description, "log": str(log_path.relative_to(ROOT)),
+    run = {"engine": engine, "mode": mode, "alignment": alignment, "name": name, "pipeline": description, "log": str(log_path.relative_to(ROOT)),
            "returncode": returncode, "stopped_after_limit": stopped}
     error = first_error(text)
     if (returncode != 0 and not stopped) or error:
@@ -325,7 +333,7 @@ def print_table(runs: list[dict]) -> None:
     print(header)
     print("-" * len(header))
     for run in runs:
-        label = f"{run['engine']:11s} {run['mode']:5s}"
+        label = f"{run['engine']:11s} {run['mode'] + ('/' + run['alignment'] if run.get('alignment') else ''):5s}"
         if not run["ok"]:
             print(f"{label} FAILED: {run['error']}")
             continue
@@ -352,6 +360,10 @@ def print_table(runs: list[dict]) -> None:
             print(f"    seeds {f['seeds']}; first frame {fmt(f['first_frame_after_playing_s'], '.2f')} s after PLAYING "
                   f"({fmt(f['first_frame_after_launch_s'], '.2f')} s after launch); pts lag "
                   f"{fmt(f['pts_lag_ms']['median'], '.0f')} / {fmt(f['pts_lag_ms']['p95'], '.0f')} ms (median / p95)")
+            if f.get("motion_ms", {}).get("median") is not None:
+                print(f"    alignment {run['alignment']}: motion {fmt(f['motion_ms']['median'], '.2f')} / "
+                      f"{fmt(f['motion_ms']['p95'], '.2f')} ms a frame (median / p95); alpha carried "
+                      f"{fmt(f['carry_frames']['median'], '.0f')} frames, {fmt(f['carry_pixels']['median'], '.1f')} px (median)")
 
 
 def main(argv=None) -> int:
@@ -363,6 +375,7 @@ def main(argv=None) -> int:
     parser.add_argument("--input", default="1280x720", help="frame size WxH from the live source")
     parser.add_argument("--fps", type=int, default=30, help="source frame rate")
     parser.add_argument("--async-delay", type=int, default=0, help="the element's async-delay, ms")
+    parser.add_argument("--alignments", default="motion", help="async runs, comma-separated: motion, none")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "live.json")
     parser.add_argument("--commit", action="store_true", help="also write OUT_DIR/live-<engine>-<mode>.json")
@@ -392,7 +405,11 @@ def main(argv=None) -> int:
     print(f"input {args.input} at {args.fps} fps, live; {args.duration} s per run; MatAnyone2 at working size "
           f"{min(args.working_size)} (short side); figures after the first {WARMUP_S:.0f} s at the sink\n", flush=True)
 
-    runs = [run_configuration(args, engine, mode, mask, work) for mode in modes for engine in engines]
+    alignments = [a.strip() for a in args.alignments.split(",") if a.strip()]
+    if not alignments or any(a not in ALIGNMENTS for a in alignments):
+        sys.exit(f"bench_live: --alignments takes {', '.join(ALIGNMENTS)}")
+    runs = [run_configuration(args, engine, mode, mask, work, alignment if mode == "async" else None)
+            for mode in modes for engine in engines for alignment in (alignments if mode == "async" else [None])]
     print()
     print_table(runs)
 
@@ -406,7 +423,7 @@ def main(argv=None) -> int:
     if args.commit:
         args.out_dir.mkdir(parents=True, exist_ok=True)
         for run in (run for run in runs if run["ok"]):  # a failed run is not a figure to keep
-            path = args.out_dir / f"live-{run['engine']}-{run['mode']}.json"
+            path = args.out_dir / f"live-{run['name']}.json"
             path.write_text(json.dumps({**common, **run}, indent=2))
             print(f"JSON: {path}")
     return 0 if all(run["ok"] for run in runs) else 1

@@ -10,6 +10,11 @@ own code, through the `CarryBench` executable). Reported per clip and k: mean |�
 in the edge band (pixels within 12 px of the truth's 0.5 contour). Motion cost per 1080p frame is
 timed on the dancer clip at 1920×1080.
 
+`--picture FILE` also draws one moving frame of the first clip (the frame with the most motion
+under the alpha at the largest k): the picture with the stale alpha's outline in red, the carried
+alpha's in green and the frame's own alpha in white, stale on the left, carried on the right. It is
+drawn from the clip, so it stays on your machine (the project commits no footage).
+
 `--alphas` after a `--clip` takes that clip's alphas from elsewhere (a video whose luma is the alpha,
 or a folder of PNGs, one per frame in name order), to check the carry on mattes from any model.
 """
@@ -109,6 +114,40 @@ def measure(binary: Path, clip: Path, alphas_source: Path | None, frames: int, k
     return result
 
 
+def picture(binary: Path, clip: Path, frames: int, ks: list[int], work: Path, tuning: list[str], out: Path) -> None:
+    """Stale vs carried outlines on the frame of `clip` whose alpha moved most at the largest k."""
+    width, height = clip_size(clip)
+    raw = work / "frames.bgra"
+    pixels = decode(clip, frames, width, height, raw)
+    alphas = matte(raw, len(pixels), width, height, 0, work / "alphas.gray")
+    k = max(ks)
+    moved = [np.abs(alphas[t] - alphas[t - k]).mean() for t in range(k, len(alphas))]
+    frame = k + int(np.argmax(moved))
+    (np.clip(alphas * 255 + 0.5, 0, 255)).astype(np.uint8).tofile(work / "alphas.raw")
+    edge_bands(alphas).tofile(work / "bands.raw")
+    dump = work / "dump.raw"
+    subprocess.run([str(binary), "--width", str(width), "--height", str(height), "--frames", str(raw),
+                    "--alphas", str(work / "alphas.raw"), "--bands", str(work / "bands.raw"), "--ks", ",".join(map(str, ks)),
+                    "--dump", f"{frame}:{dump}", *tuning], check=True, capture_output=True)
+    stale, carried, own = np.fromfile(dump, dtype=np.uint8).reshape(3, height, width)
+    image = np.ascontiguousarray(pixels[frame][:, :, :3])
+
+    def outline(plane: np.ndarray) -> np.ndarray:
+        inside = (plane >= 128).astype(np.uint8)
+        return cv2.morphologyEx(inside, cv2.MORPH_GRADIENT, np.ones((3, 3), np.uint8)) > 0
+
+    panels = []
+    for alpha, colour in ((stale, (0, 0, 255)), (carried, (0, 255, 0))):
+        panel = (image * 0.6).astype(np.uint8)
+        panel[outline(own)] = (255, 255, 255)
+        panel[outline(alpha)] = colour
+        panels.append(panel)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(out), np.hstack(panels))
+    print(f"picture: {out} ({clip.name} frame {frame}, alpha {k} frames stale; left stale in red, right carried in green, "
+          "white the frame's own)")
+
+
 def timing_1080p(binary: Path, work: Path, tuning: list[str]) -> dict:
     raw = work / "hd.bgra"
     decode(DEFAULT_CLIPS[0], 30, 1920, 1080, raw)
@@ -125,6 +164,7 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--ks", default="6,12", help="how many frames stale (comma-separated)")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "carry.json")
+    parser.add_argument("--picture", type=Path, help="also draw stale vs carried on one moving frame (PNG)")
     parser.add_argument("--tuning", default="", help="extra CarryBench options (trying other motion settings)")
     args = parser.parse_args()
     tuning = args.tuning.split()
@@ -148,6 +188,8 @@ def main() -> int:
                 print(f"{clip.name:18} k={row['k']:>2}  frame |Δα| stale {row['stale_frame']:.4f} carried {row['carried_frame']:.4f}   "
                       f"edge band stale {row['stale_band']:.4f} carried {row['carried_band']:.4f} "
                       f"({-100 * row['band_reduction']:+.0f} %)   carried {row['mean_carry_px']:.1f} px")
+        if args.picture:
+            picture(binary, clips[0], args.frames, ks, work, tuning, args.picture)
     print(f"motion per 1080p frame: median {timing['motion_ms_median']:.2f} ms, p95 {timing['motion_ms_p95']:.2f} ms "
           f"(at {timing['flow_width']}x{timing['flow_height']}, {timing['cores']} cores)")
     args.json.parent.mkdir(parents=True, exist_ok=True)

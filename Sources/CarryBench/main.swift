@@ -10,7 +10,8 @@ import MatteEngine
 //
 // and prints one JSON object on stdout. Tuning options (--trust round-trip|photometric|none,
 // --tolerance, --luma-tolerance, --iterations, --finest-iterations, --radius, --smooth-once,
-// --finest-level) try other motion settings; the defaults are the element's.
+// --finest-level) try other motion settings; the defaults are the element's. --dump FRAME:PATH writes
+// that frame's stale, carried and own alphas (k the largest) to PATH, one raw plane after another.
 
 struct Options {
     var width = 0, height = 0
@@ -22,6 +23,9 @@ struct Options {
     var tolerance: Float?
     var lumaTolerance: Float?
     var rule: MotionCarry.TrustRule?
+    /// Frame whose stale, carried and own alphas (k = the largest) are written raw to `dumpPath`.
+    var dumpFrame: Int?
+    var dumpPath = ""
 }
 
 func parse() -> Options {
@@ -41,6 +45,11 @@ func parse() -> Options {
         case "--ks": options.ks = value(argument).split(separator: ",").compactMap { Int($0) }
         case "--timing": options.timing = true
         case "--tolerance": options.tolerance = Float(value(argument))
+        case "--dump":
+            let parts = value(argument).split(separator: ":", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let frame = Int(parts[0]) else { fail("--dump takes FRAME:PATH") }
+            options.dumpFrame = frame
+            options.dumpPath = parts[1]
         case "--luma-tolerance": options.lumaTolerance = Float(value(argument))
         case "--trust": options.rule = MotionCarry.TrustRule(rawValue: value(argument))
         case "--iterations": options.flow.iterations = Int(value(argument)) ?? options.flow.iterations
@@ -117,17 +126,24 @@ configure(carry)
 var small: [[Float]] = []
 var sums: [Int: (staleFrame: Double, carriedFrame: Double, staleBand: Double, carriedBand: Double, pixels: Double, n: Int)] = [:]
 var out = [UInt8](repeating: 0, count: w * h)
-var times: [Double] = []
+var times: [Double] = [], carryTimes: [Double] = []
 for t in 0..<count {
     frames[t].withUnsafeBufferPointer { carry.add(BGRAImage(base: $0.baseAddress!, width: w, height: h, stride: w * 4), pts: UInt64(t)) }
     if t > 0 { times.append(carry.lastMotionMs) }
     var alpha = alphas[t]
     small.append(alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w)) })
     for k in options.ks where t >= k {
+        let carryStart = monotonicMs()
         guard let carried = out.withUnsafeMutableBufferPointer({
             carry.carry(small[t - k], from: UInt64(t - k), to: UInt64(t), into: GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w))
         }) else { fail("no motion from \(t - k) to \(t)") }
+        carryTimes.append(monotonicMs() - carryStart)
         let truth = alphas[t], stale = alphas[t - k], band = bands[t]
+        if t == options.dumpFrame, k == maxK {
+            guard FileManager.default.createFile(atPath: options.dumpPath, contents: Data(stale + out + truth)) else {
+                fail("cannot write \(options.dumpPath)")
+            }
+        }
         var staleFrame = 0, carriedFrame = 0, staleBand = 0, carriedBand = 0, bandPixels = 0
         for i in 0..<(w * h) {
             let s = abs(Int(stale[i]) - Int(truth[i])), c = abs(Int(out[i]) - Int(truth[i]))
@@ -164,4 +180,6 @@ for k in options.ks.sorted() {
                     "mean_carry_px": s.pixels / n])
 }
 print(json(["width": w, "height": h, "frames": count, "results": results,
-            "motion_ms_median": percentile(times, 0.5), "motion_ms_p95": percentile(times, 0.95)]))
+            "motion_ms_median": percentile(times, 0.5), "motion_ms_p95": percentile(times, 0.95),
+            // (Each carry here is rebuilt from the steps: the element extends the last one by a step.)
+            "carry_ms_median": percentile(carryTimes, 0.5)]))
