@@ -105,10 +105,15 @@ def measure(binary: Path, clip: Path, alphas_source: Path | None, frames: int, k
     count = min(count, len(alphas))
     (np.clip(alphas[:count] * 255 + 0.5, 0, 255)).astype(np.uint8).tofile(work / "alphas.raw")
     edge_bands(alphas[:count]).tofile(work / "bands.raw")
-    out = subprocess.run([str(binary), "--width", str(width), "--height", str(height), "--frames", str(raw),
-                          "--alphas", str(work / "alphas.raw"), "--bands", str(work / "bands.raw"),
-                          "--ks", ",".join(map(str, ks)), *tuning], check=True, capture_output=True, text=True)
-    result = json.loads(out.stdout)
+    def bench(*options: str) -> dict:
+        out = subprocess.run([str(binary), "--width", str(width), "--height", str(height), "--frames", str(raw),
+                              "--alphas", str(work / "alphas.raw"), "--bands", str(work / "bands.raw"),
+                              "--ks", ",".join(map(str, ks)), *tuning, *options], check=True, capture_output=True, text=True)
+        return json.loads(out.stdout)
+
+    result = bench()
+    # The same carry trusting every step: what the trust rule is worth.
+    result["results_without_trust"] = bench("--trust", "none")["results"]
     result["clip"] = clip.name
     result["alphas"] = "segmenter (sync, the element)" if alphas_source is None else str(alphas_source)
     return result
@@ -188,6 +193,9 @@ def main() -> int:
                 print(f"{clip.name:18} k={row['k']:>2}  frame |Δα| stale {row['stale_frame']:.4f} carried {row['carried_frame']:.4f}   "
                       f"edge band stale {row['stale_band']:.4f} carried {row['carried_band']:.4f} "
                       f"({-100 * row['band_reduction']:+.0f} %)   carried {row['mean_carry_px']:.1f} px")
+            for row in result["results_without_trust"]:
+                print(f"{'  without trust':18} k={row['k']:>2}  frame |Δα| carried {row['carried_frame']:.4f}   "
+                      f"edge band carried {row['carried_band']:.4f} ({-100 * row['band_reduction']:+.0f} %)")
         if args.picture:
             picture(binary, clips[0], args.frames, ks, work, tuning, args.picture)
     print(f"motion per 1080p frame: median {timing['motion_ms_median']:.2f} ms, p95 {timing['motion_ms_p95']:.2f} ms "

@@ -8,8 +8,8 @@ import MatteEngine
 //   CarryBench --width W --height H --frames F.bgra --alphas A.gray --bands B.gray --ks 6,12
 //   CarryBench --width W --height H --frames F.bgra --timing
 //
-// and prints one JSON object on stdout. Tuning options (--trust round-trip|photometric|none,
-// --tolerance, --luma-tolerance, --iterations, --finest-iterations, --radius, --smooth-once,
+// and prints one JSON object on stdout. Tuning options (--trust photometric|none,
+// --luma-tolerance, --iterations, --finest-iterations, --radius, --smooth-once,
 // --finest-level) try other motion settings; the defaults are the element's. --dump FRAME:PATH writes
 // that frame's stale, carried and own alphas (k the largest) to PATH, one raw plane after another.
 
@@ -20,7 +20,6 @@ struct Options {
     var timing = false
     // Tuning (the defaults are the element's).
     var flow = OpticalFlow.Parameters()
-    var tolerance: Float?
     var lumaTolerance: Float?
     var rule: MotionCarry.TrustRule?
     /// Frame whose stale, carried and own alphas (k = the largest) are written raw to `dumpPath`.
@@ -44,7 +43,6 @@ func parse() -> Options {
         case "--bands": options.bands = value(argument)
         case "--ks": options.ks = value(argument).split(separator: ",").compactMap { Int($0) }
         case "--timing": options.timing = true
-        case "--tolerance": options.tolerance = Float(value(argument))
         case "--dump":
             let parts = value(argument).split(separator: ":", maxSplits: 1).map(String.init)
             guard parts.count == 2, let frame = Int(parts[0]) else { fail("--dump takes FRAME:PATH") }
@@ -90,7 +88,6 @@ func json(_ object: [String: Any]) -> String {
 let options = parse()
 
 func configure(_ carry: MotionCarry) {
-    if let tolerance = options.tolerance { carry.tolerance = tolerance }
     if let tolerance = options.lumaTolerance { carry.lumaTolerance = tolerance }
     if let rule = options.rule { carry.rule = rule }
 }

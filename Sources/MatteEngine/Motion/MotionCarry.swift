@@ -10,8 +10,8 @@ import Foundation
 /// disocclusion or a wrong estimate mismatch. Trust multiplies along the path; where it falls, the
 /// carried alpha falls back to the stale alpha at the same place. The carry thus never makes an alpha
 /// value that neither the warped nor the stale alpha has at a pixel: where the motion is in doubt it
-/// is today's matte. (`roundTrip` checks the backward motion against a forward estimate instead; it
-/// costs a second estimate and measured no better: bench/carry-*.json.)
+/// is today's matte. (A forward-backward check instead costs a second estimate and measured worse on
+/// the dancer: README, "Live on a CPU".)
 public final class MotionCarry {
     /// Sizes of the work: motion at `flow`, the alpha warped at `carry` (twice the motion's size).
     public struct Sizes: Equatable {
@@ -52,19 +52,15 @@ public final class MotionCarry {
 
     public let frameWidth: Int, frameHeight: Int
     public let sizes: Sizes
-    /// Round-trip disagreement (px at the motion's size) below which a step is fully trusted; trust
-    /// falls linearly to none at twice it.
-    public var tolerance: Float = 0.75
     /// Photometric rule: mean luma difference (0…1) after the warp below which a step is fully
     /// trusted; trust falls linearly to none at twice it.
     public var lumaTolerance: Float = 0.08
-    public enum TrustRule: String, CaseIterable { case roundTrip = "round-trip", photometric, none }
+    /// `none` trusts every step inside the frame (for measuring what the rule is worth).
+    public enum TrustRule: String, CaseIterable { case photometric, none }
     public var rule = TrustRule.photometric
     private let capacity: Int
-    /// The backward motion (what the carry follows) and, for the round-trip rule, the forward one
-    /// (only to check it, so a level coarser), estimated side by side on two cores.
+    /// The motion from each frame back to its predecessor (what the carry follows).
     private let backward: OpticalFlow
-    private let forward: OpticalFlow
     private var previous: LumaPlane?
     private var steps: [Step] = []
     /// The composed motion from each alpha's frame that is carried or may soon be (`follow`), to the
@@ -76,12 +72,11 @@ public final class MotionCarry {
     /// Time the newest `add` took (ms).
     public private(set) var lastMotionMs = 0.0
 
-    /// Keeps the motion of the last `capacity` frames (an alpha older than that leaves stale).
-    public init(frameWidth: Int, frameHeight: Int, capacity: Int = 64, flow: OpticalFlow.Parameters = OpticalFlow.Parameters()) {
+    /// Keeps the motion of the last `capacity` frames (an alpha older than that leaves stale): 128,
+    /// 4.3 s at 30 fps, as old as MatAnyone2's alphas get on two slow cores; ~0.45 MB a frame at
+    /// 256×144.
+    public init(frameWidth: Int, frameHeight: Int, capacity: Int = 128, flow: OpticalFlow.Parameters = OpticalFlow.Parameters()) {
         backward = OpticalFlow(parameters: flow)
-        var check = flow
-        check.finestLevel = max(flow.finestLevel, 1)
-        forward = OpticalFlow(parameters: check)
         self.frameWidth = frameWidth
         self.frameHeight = frameHeight
         sizes = Sizes(frameWidth: frameWidth, frameHeight: frameHeight)
@@ -105,20 +100,9 @@ public final class MotionCarry {
         let luma = LumaPlane(frame: frame, width: sizes.flowWidth, height: sizes.flowHeight)
         var step = Step(pts: pts, back: nil, trust: nil)
         if let previous, steps.last.map({ $0.pts < pts }) ?? false {
-            switch rule {
-            case .roundTrip:
-                var back: FlowField?, ahead: FlowField?
-                DispatchQueue.concurrentPerform(iterations: 2) { index in
-                    if index == 0 { back = backward.flow(from: luma, to: previous) } else { ahead = forward.flow(from: previous, to: luma) }
-                }
-                step = Step(pts: pts, back: back!, trust: MotionCarry.trust(back: back!, forward: ahead!, tolerance: tolerance))
-            case .photometric:
-                let back = backward.flow(from: luma, to: previous)
-                step = Step(pts: pts, back: back, trust: MotionCarry.trust(back: back, current: luma, previous: previous, tolerance: lumaTolerance))
-            case .none:
-                let back = backward.flow(from: luma, to: previous)
-                step = Step(pts: pts, back: back, trust: MotionCarry.trust(back: back, current: luma, previous: previous, tolerance: .infinity))
-            }
+            let back = backward.flow(from: luma, to: previous)
+            step = Step(pts: pts, back: back, trust: MotionCarry.trust(back: back, current: luma, previous: previous,
+                                                                     tolerance: rule == .photometric ? lumaTolerance : .infinity))
         } else {
             steps.removeAll()  // (time went back: the old motion leads nowhere)
             accumulated.removeAll()
@@ -270,29 +254,6 @@ public final class MotionCarry {
         return trust
     }
 
-    /// A step's trust: 1 where the backward motion and the forward motion at the point it leads to
-    /// cancel within the tolerance, falling to 0 at twice it; 0 where the point lies outside.
-    static func trust(back: FlowField, forward: FlowField, tolerance: Float) -> [Float] {
-        let w = back.width, h = back.height
-        var trust = [Float](repeating: 0, count: w * h)
-        forward.dx.withUnsafeBufferPointer { fdx in
-            forward.dy.withUnsafeBufferPointer { fdy in
-                for y in 0..<h {
-                    for x in 0..<w {
-                        let i = y * w + x
-                        let px = Float(x) + back.dx[i], py = Float(y) + back.dy[i]
-                        guard px >= -0.5, py >= -0.5, px <= Float(w) - 0.5, py <= Float(h) - 0.5 else { continue }
-                        let ex = back.dx[i] + bilinear(fdx.baseAddress!, width: w, height: h, x: px, y: py)
-                        let ey = back.dy[i] + bilinear(fdy.baseAddress!, width: w, height: h, x: px, y: py)
-                        let error = (ex * ex + ey * ey).squareRoot()
-                        trust[i] = min(1, max(0, 2 - error / tolerance))
-                    }
-                }
-            }
-        }
-        return trust
-    }
-
     /// Warps `alpha` (carry size) through `field`/`trust` (motion size, brought to the carry size
     /// first: one sample a pixel then) into `warped`; returns the mean displacement under the
     /// result, in frame pixels.
@@ -323,7 +284,7 @@ public final class MotionCarry {
         return weight > 0 ? moved / weight * toFrame : 0
     }
 
-    /// A byte plane averaged down to floats in 0…1 (up to 4×4 samples per output pixel, as the luma).
+    /// A byte plane averaged down to floats in 0…1 (up to 3×3 samples per output pixel, as the luma).
     static func averaged(_ plane: GrayImage, width: Int, height: Int) -> [Float] {
         let (nx, xs) = SampleGrid.points(source: plane.width, output: width)
         let (ny, ys) = SampleGrid.points(source: plane.height, output: height)

@@ -33,7 +33,7 @@ public struct LumaPlane {
     }
 
     /// The luma of `frame` averaged down to `width`×`height` (at most the frame's size): each output
-    /// pixel averages a grid of up to 4×4 samples spread over the area it covers. Reading every
+    /// pixel averages a grid of up to 3×3 samples spread over the area it covers. Reading every
     /// source pixel of a 1080p frame would cost more than the whole motion estimate.
     public init(frame: BGRAImage, width: Int, height: Int) {
         precondition(width <= frame.width && height <= frame.height && width > 0 && height > 0)
@@ -80,12 +80,12 @@ public struct LumaPlane {
 }
 
 /// Where an output pixel's samples lie along one axis when a plane is averaged down cheaply: up to
-/// four points spread evenly over the source span it covers.
+/// three points spread evenly over the source span it covers.
 enum SampleGrid {
     /// (points per output pixel, the source index of each: output o's are at o·count ..< (o+1)·count).
     static func points(source: Int, output: Int) -> (Int, [Int]) {
         let scale = Double(source) / Double(output)
-        let count = min(4, max(1, Int(scale.rounded(.up))))
+        let count = min(3, max(1, Int(scale.rounded(.up))))
         var points = [Int](repeating: 0, count: output * count)
         for o in 0..<output {
             for i in 0..<count {
