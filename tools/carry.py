@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,9 +44,10 @@ BAND_PX = 12
 
 def clip_size(clip: Path, longest: int = 960) -> tuple[int, int]:
     """The clip's size scaled to fit `longest` (width a multiple of 4: GRAY8 rows are then unpadded)."""
-    capture = cv2.VideoCapture(str(clip))
-    width, height = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
-    capture.release()
+    # GStreamer's idea of the size: the frames are decoded by GStreamer.
+    found = subprocess.run(["gst-discoverer-1.0", str(clip)], capture_output=True, text=True).stdout
+    sizes = {key: int(value) for key, value in re.findall(r"^\s*(Width|Height): (\d+)", found, re.MULTILINE)}
+    width, height = sizes.get("Width", 0), sizes.get("Height", 0)
     if width <= 0 or height <= 0:
         sys.exit(f"carry: cannot read the size of {clip}")
     scale = min(1.0, longest / max(width, height))

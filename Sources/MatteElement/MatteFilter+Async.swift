@@ -37,7 +37,7 @@ extension MatteFilter {
             }
             let pts = UInt64(input.pts)
             async.submit(input.bgra, pts: pts)
-            if let carry = state.carry {
+            if let carry = state.carry, carry.frameWidth == input.bgra.width, carry.frameHeight == input.bgra.height {
                 if snapshot().alignment == .motion {
                     carry.add(input.bgra, pts: pts)
                     state.motionMs = carry.lastMotionMs
@@ -112,7 +112,9 @@ extension MatteFilter {
     /// written to `state.carriedPlane`; nil (use the alpha as it is) for the frame's own alpha, an alpha
     /// of a later frame, or motion not known (a reset since, older than the motion kept).
     private func carry(alpha: AsyncMatting.Alpha, to pts: UInt64, state: StreamState, settings current: Settings) -> MotionCarry.Carried? {
-        guard current.alignment == .motion, alpha.pts < pts, let carry = state.carry, carry.knows(from: alpha.pts, to: pts) else {
+        guard current.alignment == .motion, alpha.pts < pts, let carry = state.carry,
+              alpha.plane.count == carry.frameWidth * carry.frameHeight, state.carriedPlane.count == alpha.plane.count,
+              carry.knows(from: alpha.pts, to: pts) else {
             return nil
         }
         if state.carrySource?.pts != alpha.pts {

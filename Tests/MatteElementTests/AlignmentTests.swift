@@ -68,6 +68,30 @@ import TestPaths
         #expect(carriedError < staleError * 0.85, "carried error \(carriedError) vs stale \(staleError)")
     }
 
+    /// A new size mid-stream (two clips one after the other), reseeds and EOS with alignment on:
+    /// every frame leaves, at its own size, and the motion of the old size is not carried over.
+    @Test func sizeChangeReseedAndEOSWithAlignment() throws {
+        EngineWrappers.set({ SlowEngine($0, seedMs: 60, frameMs: 60) }, forElementNamed: "align-sizes")
+        defer { EngineWrappers.set(nil, forElementNamed: "align-sizes") }
+        let first = "videotestsrc num-buffers=20 pattern=ball ! video/x-raw,format=BGRA,width=320,height=180,framerate=30/1"
+        let second = "videotestsrc num-buffers=20 pattern=ball ! video/x-raw,format=BGRA,width=256,height=144,framerate=30/1"
+        let run = runPipeline("concat name=c ! identity sync=true ! \(TestPaths.element) name=align-sizes engine=segmenter mode=async "
+                              + "stats-interval=1 ! video/x-raw,format=GRAY8 ! appsink name=out sync=false "
+                              + "\(first) ! c. \(second) ! c.",
+                              whilePlaying: { pipeline in
+            let bin = UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self)
+            let element = gst_bin_get_by_name(bin, "align-sizes")!
+            defer { gst_object_unref(element) }
+            Thread.sleep(forTimeInterval: 0.3)
+            shim_emit_reseed(element)
+        })
+        #expect(run.error == nil && run.reachedEOS, "\(run.error?.message ?? "no EOS")")
+        #expect(run.samples.count == 40, "\(run.samples.count) frames left")
+        #expect(run.samples.prefix(20).allSatisfy { $0.count == 320 * 180 } && run.samples.suffix(20).allSatisfy { $0.count == 256 * 144 })
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(stats.contains { ($0["carry-frames"].flatMap { UInt32($0) } ?? 0) > 0 }, "nothing carried")
+    }
+
     /// Switched while playing, alignment takes effect on the next frame, and the stream runs on.
     @Test func alignmentChangesWhilePlaying() throws {
         EngineWrappers.set({ SlowEngine($0, seedMs: 100, frameMs: 100) }, forElementNamed: "align-switch")

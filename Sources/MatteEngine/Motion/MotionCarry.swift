@@ -195,24 +195,38 @@ public final class MotionCarry {
     /// B_new(x) = b(x) + B_old(x + b(x)); trust likewise, multiplied.
     private static func compose(_ old: Accumulated, with step: Step) -> Accumulated {
         let back = step.back!, stepTrust = step.trust!
-        let w = back.width, h = back.height
-        var field = FlowField(width: w, height: h)
-        var trust = [Float](repeating: 0, count: w * h)
+        let w = back.width, h = back.height, n = w * h
+        var dx = [Float](), dy = [Float](), trust = [Float]()
+        back.dx.withUnsafeBufferPointer { bdx in
+        back.dy.withUnsafeBufferPointer { bdy in
+        stepTrust.withUnsafeBufferPointer { btrust in
         old.field.dx.withUnsafeBufferPointer { odx in
-            old.field.dy.withUnsafeBufferPointer { ody in
-                old.trust.withUnsafeBufferPointer { otrust in
-                    for y in 0..<h {
-                        for x in 0..<w {
-                            let i = y * w + x
-                            let px = Float(x) + back.dx[i], py = Float(y) + back.dy[i]
-                            field.dx[i] = back.dx[i] + bilinear(odx.baseAddress!, width: w, height: h, x: px, y: py)
-                            field.dy[i] = back.dy[i] + bilinear(ody.baseAddress!, width: w, height: h, x: px, y: py)
-                            trust[i] = stepTrust[i] * bilinear(otrust.baseAddress!, width: w, height: h, x: px, y: py)
+        old.field.dy.withUnsafeBufferPointer { ody in
+        old.trust.withUnsafeBufferPointer { otrust in
+            let bdx = bdx.baseAddress!, bdy = bdy.baseAddress!, btrust = btrust.baseAddress!
+            let odx = odx.baseAddress!, ody = ody.baseAddress!, otrust = otrust.baseAddress!
+            dx = [Float](unsafeUninitializedCapacity: n) { ndx, dxCount in
+                dy = [Float](unsafeUninitializedCapacity: n) { ndy, dyCount in
+                    trust = [Float](unsafeUninitializedCapacity: n) { ntrust, trustCount in
+                        for y in 0..<h {
+                            for x in 0..<w {
+                                let i = y &* w &+ x
+                                let px = Float(x) + bdx[i], py = Float(y) + bdy[i]
+                                ndx[i] = bdx[i] + bilinear(odx, width: w, height: h, x: px, y: py)
+                                ndy[i] = bdy[i] + bilinear(ody, width: w, height: h, x: px, y: py)
+                                ntrust[i] = btrust[i] * bilinear(otrust, width: w, height: h, x: px, y: py)
+                            }
                         }
+                        trustCount = n
                     }
+                    dyCount = n
                 }
+                dxCount = n
             }
-        }
+        }}}}}}
+        var field = FlowField(width: w, height: h)
+        field.dx = dx
+        field.dy = dy
         return Accumulated(from: old.from, to: step.pts, field: field, trust: trust)
     }
 
@@ -264,20 +278,28 @@ public final class MotionCarry {
         let toFrame = Double(frameWidth) / Double(cw)
         var moved = 0.0, weight = 0.0
         alpha.withUnsafeBufferPointer { a in
-            warped.withUnsafeMutableBufferPointer { out in
-                for y in 0..<ch {
-                    var rowMoved: Float = 0, rowWeight: Float = 0
-                    for x in 0..<cw {
-                        let i = y * cw + x
-                        let ux = motion.dx[i], uy = motion.dy[i], c = confidence[i]
-                        let carried = bilinear(a.baseAddress!, width: cw, height: ch, x: Float(x) + ux, y: Float(y) + uy)
-                        let value = c * carried + (1 - c) * a[i]
-                        out[i] = value
-                        rowMoved += value * (ux * ux + uy * uy).squareRoot()
-                        rowWeight += value
+            motion.dx.withUnsafeBufferPointer { dx in
+                motion.dy.withUnsafeBufferPointer { dy in
+                    confidence.withUnsafeBufferPointer { trusted in
+                        warped.withUnsafeMutableBufferPointer { out in
+                            let a = a.baseAddress!, dx = dx.baseAddress!, dy = dy.baseAddress!
+                            let trusted = trusted.baseAddress!, out = out.baseAddress!
+                            for y in 0..<ch {
+                                var rowMoved: Float = 0, rowWeight: Float = 0
+                                for x in 0..<cw {
+                                    let i = y &* cw &+ x
+                                    let ux = dx[i], uy = dy[i], c = trusted[i]
+                                    let carried = bilinear(a, width: cw, height: ch, x: Float(x) + ux, y: Float(y) + uy)
+                                    let value = c * carried + (1 - c) * a[i]
+                                    out[i] = value
+                                    rowMoved += value * (ux * ux + uy * uy).squareRoot()
+                                    rowWeight += value
+                                }
+                                moved += Double(rowMoved)
+                                weight += Double(rowWeight)
+                            }
+                        }
                     }
-                    moved += Double(rowMoved)
-                    weight += Double(rowWeight)
                 }
             }
         }
