@@ -68,6 +68,8 @@ public final class MotionCarry {
     private var accumulated: [UInt64: Accumulated] = [:]
     private var followed: Set<UInt64> = []
     private let up: Resampler
+    /// The motion's size → the carry size (the field and its trust, before the warp).
+    private let fieldUp: Resampler
     private var warped: [Float]
     /// Time the newest `add` took (ms).
     public private(set) var lastMotionMs = 0.0
@@ -82,6 +84,8 @@ public final class MotionCarry {
         sizes = Sizes(frameWidth: frameWidth, frameHeight: frameHeight)
         self.capacity = max(2, capacity)
         up = Resampler(sourceWidth: sizes.carryWidth, sourceHeight: sizes.carryHeight, targetWidth: frameWidth, targetHeight: frameHeight)
+        fieldUp = Resampler(sourceWidth: sizes.flowWidth, sourceHeight: sizes.flowHeight,
+                            targetWidth: sizes.carryWidth, targetHeight: sizes.carryHeight)
         warped = [Float](repeating: 0, count: sizes.carryWidth * sizes.carryHeight)
     }
 
@@ -273,8 +277,8 @@ public final class MotionCarry {
     /// result, in frame pixels.
     private func warp(_ alpha: [Float], field: FlowField, trust: [Float]) -> Double {
         let cw = sizes.carryWidth, ch = sizes.carryHeight
-        let motion = OpticalFlow.upsampled(field, width: cw, height: ch)
-        let confidence = OpticalFlow.resized(trust, width: field.width, height: field.height, toWidth: cw, toHeight: ch)
+        let motion = OpticalFlow.upsampled(field, width: cw, height: ch, with: fieldUp)
+        let confidence = OpticalFlow.resized(trust, with: fieldUp)
         let toFrame = Double(frameWidth) / Double(cw)
         var moved = 0.0, weight = 0.0
         alpha.withUnsafeBufferPointer { a in

@@ -196,54 +196,27 @@ public final class OpticalFlow {
         return field
     }
 
-    /// The field at a larger size, displacements scaled with it (bilinear on pixel centres,
-    /// separable: along rows, then down the columns).
-    public static func upsampled(_ field: FlowField, width: Int, height: Int) -> FlowField {
+    /// The field at a larger size, displacements scaled with it (the Resampler's bilinear
+    /// upsampling on pixel centres; `resampler`, when given, is one made for these two sizes).
+    public static func upsampled(_ field: FlowField, width: Int, height: Int, with resampler: Resampler? = nil) -> FlowField {
+        let up = resampler ?? Resampler(sourceWidth: field.width, sourceHeight: field.height, targetWidth: width, targetHeight: height)
         var out = FlowField(width: width, height: height)
-        out.dx = resized(field.dx, width: field.width, height: field.height, toWidth: width, toHeight: height,
-                         scale: Float(width) / Float(field.width))
-        out.dy = resized(field.dy, width: field.width, height: field.height, toWidth: width, toHeight: height,
-                         scale: Float(height) / Float(field.height))
+        out.dx = resized(field.dx, with: up, scale: Float(width) / Float(field.width))
+        out.dy = resized(field.dy, with: up, scale: Float(height) / Float(field.height))
         return out
     }
 
-    /// A float plane resized bilinearly (on pixel centres, separable: along rows, then down the
-    /// columns), its values multiplied by `scale`.
-    static func resized(_ plane: [Float], width: Int, height: Int, toWidth: Int, toHeight: Int, scale: Float = 1) -> [Float] {
-        let (xi, xf) = linearTaps(source: width, output: toWidth)
-        let (yi, yf) = linearTaps(source: height, output: toHeight)
-        let rows = UnsafeMutablePointer<Float>.allocate(capacity: height * toWidth)
-        defer { rows.deallocate() }
-        plane.withUnsafeBufferPointer { input in
-            for y in 0..<height {
-                let row = input.baseAddress! + y * width, dst = rows + y * toWidth
-                for x in 0..<toWidth {
-                    let a = row[xi[x]], b = row[min(xi[x] + 1, width - 1)]
-                    dst[x] = (a + xf[x] * (b - a)) * scale
-                }
+    /// A float plane of the resampler's source size at its target size, its values times `scale`.
+    static func resized(_ plane: [Float], with up: Resampler, scale: Float = 1) -> [Float] {
+        precondition(plane.count == up.sourceWidth * up.sourceHeight)
+        var out = [Float](repeating: 0, count: up.targetWidth * up.targetHeight)
+        plane.withUnsafeBufferPointer { source in
+            out.withUnsafeMutableBufferPointer { target in
+                up.resample(source.baseAddress!, sourceStride: up.sourceWidth, into: target.baseAddress!, destinationStride: up.targetWidth)
+                if scale != 1 { for i in target.indices { target[i] *= scale } }
             }
         }
-        return [Float](unsafeUninitializedCapacity: toWidth * toHeight) { output, initialized in
-            for y in 0..<toHeight {
-                let top = rows + yi[y] * toWidth, bottom = rows + min(yi[y] + 1, height - 1) * toWidth
-                let f = yf[y], dst = output.baseAddress! + y * toWidth
-                for x in 0..<toWidth { dst[x] = top[x] + f * (bottom[x] - top[x]) }
-            }
-            initialized = toWidth * toHeight
-        }
-    }
-
-    /// For each output index of an axis: the source index at or before its centre and the fraction
-    /// towards the next (clamped at the ends).
-    static func linearTaps(source: Int, output: Int) -> ([Int], [Float]) {
-        let scale = Double(source) / Double(output)
-        var index = [Int](repeating: 0, count: output), fraction = [Float](repeating: 0, count: output)
-        for o in 0..<output {
-            let position = min(max((Double(o) + 0.5) * scale - 0.5, 0), Double(source - 1))
-            index[o] = Int(position)
-            fraction[o] = Float(position - Double(index[o]))
-        }
-        return (index, fraction)
+        return out
     }
 
     private func refine(_ field: inout FlowField, source: LumaPlane, target: LumaPlane, iterations: Int) {
