@@ -94,6 +94,36 @@ if ! cmp -s "$ORT_SRC" "$ORT_DIR/$(basename "$ORT_SRC")"; then
     ln -sf "$(basename "$ORT_SRC")" "$ORT_DIR/libonnxruntime.so.1"
 fi
 
+# 4a. ONNX Runtime's OpenVINO build (precision=bf16 on CPUs that compute bf16), x86-64 only: the
+#     onnxruntime-openvino wheel in a venv of its own (its Python package is also named onnxruntime), whose
+#     Python runs tools/matanyone2/bf16.py; its libraries (ONNX Runtime 1.24 with OpenVINO beside it) go
+#     into the data folder for the element, which loads them only for precision=bf16.
+OV_WHEEL="onnxruntime-openvino==1.24.1"
+OV_VENV="$ROOT/.venv-openvino"
+if [ "$(uname -m)" = x86_64 ]; then
+    if [ ! -x "$OV_VENV/bin/python" ] || [ "$(cat "$OV_VENV/.requirements" 2>/dev/null)" != "$OV_WHEEL" ]; then
+        say "installing $OV_WHEEL into .venv-openvino"
+        python3 -m venv "$OV_VENV"
+        "$OV_VENV/bin/pip" install -q --disable-pip-version-check "$OV_WHEEL" \
+            "$(grep -E '^numpy==' "$ROOT/tools/requirements.txt")" "$(grep -E '^pillow==' "$ROOT/tools/requirements.txt")"
+        echo "$OV_WHEEL" > "$OV_VENV/.requirements"
+    fi
+    OV_CAPI="$("$OV_VENV/bin/python" -c 'import onnxruntime, os; print(os.path.join(os.path.dirname(onnxruntime.__file__), "capi"))')"
+    OV_DIR="$DATA/onnxruntime-openvino"
+    OV_LIB="$(cd "$OV_CAPI" && ls libonnxruntime.so.1.* | sort | tail -1)"
+    if ! cmp -s "$OV_CAPI/$OV_LIB" "$OV_DIR/$OV_LIB"; then
+        say "installing ONNX Runtime's OpenVINO build into $OV_DIR"
+        # The wheel's shared libraries but its Python binding and the GPU/NPU plugins (OpenVINO finds its
+        # CPU plugin beside itself), staged and moved in whole so an interrupted copy is redone.
+        rm -rf "$OV_DIR.partial"
+        mkdir -p "$OV_DIR.partial"
+        (cd "$OV_CAPI" && for f in lib*.so*; do case "$f" in *_gpu_plugin*|*_npu_plugin*) ;; *) cp "$f" "$OV_DIR.partial/" ;; esac; done)
+        ln -sf "$OV_LIB" "$OV_DIR.partial/libonnxruntime.so.1"
+        rm -rf "$OV_DIR"
+        mv "$OV_DIR.partial" "$OV_DIR"
+    fi
+fi
+
 # 4b. On request, the GPU build and its NVIDIA libraries (the element prefers it when present; its
 #     CPU provider works anyway). Re-running only fetches what is missing.
 if [ "$GPU" = 1 ]; then

@@ -65,6 +65,16 @@ if [ "$(cat "$F16/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
     "$PY" -m tools.matanyone2.fp16 --src "$M2" --out "$F16" --check-frames 4 || { echo "0 passed, 1 failed"; exit 1; }
     echo "$TOOLS_SHA" > "$F16/.tools.sha256"
 fi
+# The bf16 set (precision=bf16: the fp32 files, run by OpenVINO with bf16 arithmetic), where the CPU
+# computes bf16 (its deviation from fp32 is measured there); elsewhere the bf16 tests check the refusal.
+B16="$MATANYONE_TEST_MODELS/matanyone2-bf16"
+if grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && [ -x .venv-openvino/bin/python ] \
+    && [ "$(cat "$B16/.tools.sha256" 2>/dev/null)" != "$TOOLS_SHA" ]; then
+    say "making the bf16 set (OpenVINO)"
+    .venv-openvino/bin/python -m tools.matanyone2.bf16 --src "$M2" --out "$B16" --skip-frames 8 --check-frames 4 \
+        || { echo "0 passed, 1 failed"; exit 1; }
+    echo "$TOOLS_SHA" > "$B16/.tools.sha256"
+fi
 if [ ! -s "$REF" ]; then
     say "running the upstream PyTorch reference (30 frames)"
     "$PY" -m tools.matanyone2.reference --random-init 0 --frames-bgra "$FRAMES" --width 512 --height 288 \

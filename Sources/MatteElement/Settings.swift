@@ -137,6 +137,7 @@ extension ModelPrecision: PropertyEnum {
         case .fp32: return "The exported float32 MatAnyone2 set (matanyone2/)"
         case .int8: return "The int8 QDQ set made by tools/matanyone2/quantize.py (matanyone2-int8/): faster on CPUs, less exact"
         case .fp16: return "The fp16 set made by tools/matanyone2/fp16.py (matanyone2-fp16/): for GPUs (slow on CPUs)"
+        case .bf16: return "The bf16 set made by tools/matanyone2/bf16.py (matanyone2-bf16/): OpenVINO's bfloat16 on CPUs that compute it (AVX512_BF16, AMX)"
         }
     }
 }

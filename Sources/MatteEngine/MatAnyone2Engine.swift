@@ -59,6 +59,8 @@ public final class MatAnyone2Engine: MattingEngine {
         guard workingShortSide == 0 || workingShortSide >= 16 else {
             throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
         }
+        // bf16's prerequisites (the CPU, the provider, the OpenVINO build) are settings to change, said first.
+        let bf16Runtime = options.precision == .bf16 ? try MatAnyone2Engine.openBf16Runtime(options) : nil
         directory = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: options.precision)
         if let maker = options.precision.maker,
            !ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision) {
@@ -66,7 +68,7 @@ public final class MatAnyone2Engine: MattingEngine {
             let name = options.precision.rawValue
             throw EngineError.modelMissing(
                 path: directory, hint: "precision=\(name) needs the \(name) set made from the fp32 one: "
-                    + ".venv/bin/python -m \(maker) --src \(fp32) --out \(directory) "
+                    + "\(options.precision.makerPython) -m \(maker) --src \(fp32) --out \(directory) "
                     + "(from the gst-matanyone checkout), or precision=fp32.")
         }
         manifest = try ModelManifest.load(directory: directory)
@@ -82,8 +84,8 @@ public final class MatAnyone2Engine: MattingEngine {
             throw EngineError.modelInvalid(path: directory + "/manifest.json",
                                            detail: "this engine needs a model set exported with dynamic sizes")
         }
-        let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
-        var choice = try runtime.choose(options.session.provider, device: options.session.device)
+        let runtime = try bf16Runtime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
+        var choice = try runtime.choose(options.precision == .bf16 ? .cpu : options.session.provider, device: options.session.device)
         let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
         let sessions = try runtime.open(&choice) { provider in
             var config = options.session
@@ -95,7 +97,10 @@ public final class MatAnyone2Engine: MattingEngine {
             return sessions
         }
         self.sessions = sessions
-        providerNote = choice.fallbackReason
+        providerNote = choice.fallbackReason ?? (options.precision == .bf16 && options.cpuFeatures.bf16SlowerThanFp32
+            ? "precision=bf16 on this CPU (\(options.cpuFeatures.modelName)): Intel's AVX512_BF16 without AMX ran MatAnyone2 "
+                + "1.2-1.6x slower than fp32 where measured (scripts/bench.sh --precision bf16 measures it here); "
+                + "precision=fp32 is likely faster" : nil)
         self.parameters = parameters
         watch = QualityWatch(settings: parameters.watch, tracks: parameters.maxPeople)
         memoryBudget = options.memoryBudget
@@ -131,6 +136,33 @@ public final class MatAnyone2Engine: MattingEngine {
         }
     }
 
+    /// precision=bf16 runs on CPUs that compute bf16, through OpenVINO on the CPU, from a runtime that has
+    /// it: runtime-library when set, else the OpenVINO build set-up installs (never the plain CPU build,
+    /// which has no bf16 path).
+    private static func openBf16Runtime(_ options: EngineOptions) throws -> OnnxRuntime {
+        if let problem = options.cpuFeatures.bf16Problem { throw EngineError.badSettings(detail: problem) }
+        guard [.cpu, .auto, .openvino].contains(options.session.provider) else {
+            throw EngineError.badSettings(detail: "precision=bf16 is CPU arithmetic (OpenVINO on the CPU) and cannot run with "
+                                              + "execution-provider=\(options.session.provider.rawValue): on a GPU use precision=fp16, "
+                                              + "or set execution-provider=cpu")
+        }
+        var path = options.runtimeLibrary
+        if path.isEmpty {
+            path = OnnxRuntime.openvinoLibraryPath
+            guard FileManager.default.fileExists(atPath: path) else {
+                throw EngineError.runtimeUnavailable(detail: "precision=bf16 runs through ONNX Runtime's OpenVINO build, which is "
+                                                         + "not installed at \(path). " + setupHint)
+            }
+        }
+        let runtime = try OnnxRuntime.shared(explicitPath: path)
+        guard runtime.availableProviders().contains(ExecutionProvider.openvino.ortName) else {
+            throw EngineError.badSettings(detail: "precision=bf16 runs through OpenVINO, and the ONNX Runtime at \(runtime.libraryPath) "
+                                              + "has no OpenVINO execution provider: leave runtime-library empty (scripts/setup.sh "
+                                              + "installs the OpenVINO build into \(OnnxRuntime.openvinoLibraryPath)), or name that build")
+        }
+        return runtime
+    }
+
     /// Working size for a frame: the frame's aspect, short side `workingShortSide`, both sides
     /// multiples of 16 (so 1920×1080 → 512×288 and 1080×1920 → 288×512).
     public static func workingSize(width: Int, height: Int, shortSide: Int) -> (width: Int, height: Int) {
@@ -152,6 +184,8 @@ public final class MatAnyone2Engine: MattingEngine {
     public var dataOnDevice: Bool { onDevice }
     /// The current working size's tensors are in the provider's memory (tests).
     var tensorsOnDevice: Bool { core?.onDevice ?? false }
+    /// Each model's provider (tests: a bf16 set runs some on OpenVINO, the rest on the CPU provider).
+    var providers: [String: ExecutionProvider] { sessions.mapValues(\.provider) }
     /// Bytes the glue moved between host and device so far (tests; 0 on the host path).
     var glueBytesAcrossTheBus: Int { deviceGraphs?.bytesAcrossTheBus ?? 0 }
     /// The host tensors the models of the current working size read or write (tests).

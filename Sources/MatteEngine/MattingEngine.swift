@@ -54,6 +54,8 @@ public struct EngineOptions: Equatable, Sendable {
     public var temporalSmoothing: Double = 0
     /// MatAnyone2: where data stays between models (automatic: on the GPU when the models run there).
     public var dataPlacement = DataPlacement.automatic
+    /// The CPU precision=bf16 is decided on (this machine's; tests hand in others).
+    public var cpuFeatures = CpuFeatures.current
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
                 session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
                 memoryBudget: Int = MemoryBudget.default) {

@@ -52,10 +52,11 @@ public enum ModelLocations {
     }
 }
 
-/// Numeric precision of a model set: fp32 as exported, int8 (QDQ, statically calibrated, for CPUs) or
-/// fp16 (float16 weights and arithmetic with float32 inputs/outputs, norms and softmax, for GPUs).
+/// Numeric precision of a model set: fp32 as exported, int8 (QDQ, statically calibrated, for CPUs),
+/// fp16 (float16 weights and arithmetic with float32 inputs/outputs, norms and softmax, for GPUs) or
+/// bf16 (the fp32 files, which OpenVINO runs with bfloat16 arithmetic on CPUs that compute it).
 public enum ModelPrecision: String, CaseIterable, Sendable {
-    case fp32, int8, fp16
+    case fp32, int8, fp16, bf16
 
     /// The tool that makes this set from the fp32 one (nil for fp32 itself).
     var maker: String? {
@@ -63,8 +64,13 @@ public enum ModelPrecision: String, CaseIterable, Sendable {
         case .fp32: return nil
         case .int8: return "tools.matanyone2.quantize"
         case .fp16: return "tools.matanyone2.fp16"
+        case .bf16: return "tools.matanyone2.bf16"
         }
     }
+
+    /// The Python that runs the maker (bf16 measures through the onnxruntime-openvino wheel, which
+    /// cannot share a virtual environment with the plain onnxruntime one).
+    var makerPython: String { self == .bf16 ? ".venv-openvino/bin/python" : ".venv/bin/python" }
 }
 
 /// `manifest.json` beside each model set: which engine it serves and each model file (confined to the
@@ -134,9 +140,13 @@ public struct ModelManifest: Decodable {
     /// The manifest's `precision`; else int8 when the quantizer wrote the set (it has an `int8`
     /// section), else fp32.
     public let precision: ModelPrecision
+    /// A bf16 set: the models OpenVINO runs in bf16 (the others run in fp32 on the CPU provider).
+    public let bf16Models: [String]
+
+    private struct Bf16Section: Decodable { let models: [String] }
 
     enum CodingKeys: String, CodingKey {
-        case format, engine, models, int8, precision
+        case format, engine, models, int8, precision, bf16
         case dynamicSize = "dynamic_size"
     }
 
@@ -155,6 +165,7 @@ public struct ModelManifest: Decodable {
         } else {
             precision = container.contains(.int8) ? .int8 : .fp32
         }
+        bf16Models = try container.decodeIfPresent(Bf16Section.self, forKey: .bf16)?.models ?? []
     }
 
     /// Manifests are a few KB; anything past this is not one (and is not read whole).
@@ -221,6 +232,9 @@ public struct ModelManifest: Decodable {
             }
             _ = try modelFile(name, directory: directory)
         }
+        if let unknown = bf16Models.first(where: { models[$0] == nil }) {
+            throw EngineError.modelInvalid(path: path, detail: "bf16.models names '\(unknown)', which the set does not have. " + setupHint)
+        }
     }
 
     /// The resolved path of model `name`'s file: a name inside the set's folder (no absolute path, no
@@ -263,6 +277,8 @@ public struct ModelManifest: Decodable {
         var config = config
         config.cacheDirectory = directory
         config.fp16 = precision == .fp16
+        config.bf16 = bf16Models.contains(name)
+        if config.bf16 { config.provider = .openvino }
         let session = try Session(runtime: runtime, name: name, path: file, model: bytes, config: config)
         let declared = (model.inputs, model.outputs)
         for (ports, actual, kind) in [(declared.0, session.inputs, "input"), (declared.1, session.outputs, "output")] {

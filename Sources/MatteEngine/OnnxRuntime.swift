@@ -29,6 +29,12 @@ public final class OnnxRuntime {
         ModelLocations.dataRoot + "/onnxruntime-gpu/libonnxruntime.so.1"
     }
 
+    /// Where set-up installs the OpenVINO build (the `onnxruntime-openvino` wheel's library with
+    /// OpenVINO beside it), which runs `precision=bf16`.
+    public static var openvinoLibraryPath: String {
+        ModelLocations.dataRoot + "/onnxruntime-openvino/libonnxruntime.so.1"
+    }
+
     /// Loads (once per process and path) the runtime. `explicitPath` empty means: the
     /// `MATANYONE_ONNXRUNTIME` variable, else the set-up location, else the system search path.
     public static func shared(explicitPath: String = "") throws -> OnnxRuntime {
@@ -242,6 +248,8 @@ public struct SessionConfig: Equatable, Sendable {
     public var cacheDirectory: String?
     /// The set is fp16: TensorRT may build fp16 engines.
     public var fp16 = false
+    /// OpenVINO on the CPU with bfloat16 arithmetic (a bf16 set's `bf16.models`).
+    public var bf16 = false
     public init(threads: Int = 0, provider: ExecutionProvider = .cpu) {
         self.threads = threads
         self.provider = provider
@@ -490,7 +498,18 @@ public final class Session {
             // Nodes TensorRT cannot take fall back to CUDA, then CPU.
             try Session.appendCUDA(api, options, device: config.device, check)
         case .openvino:
-            try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", nil, nil, 0), "SessionOptionsAppendExecutionProvider")
+            // bf16: OpenVINO's inference precision hint (its norms, softmax and reductions stay fp32).
+            var settings: [(String, String)] = []
+            if config.bf16 {
+                settings = [("device_type", "CPU"), ("load_config", #"{"CPU":{"INFERENCE_PRECISION_HINT":"bf16"}}"#)]
+                if config.threads > 0 { settings.append(("num_of_threads", "\(config.threads)")) }
+            }
+            try withCStrings(settings.map(\.0)) { keys in
+                try withCStrings(settings.map(\.1)) { values in
+                    try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", keys, values, settings.count),
+                              "SessionOptionsAppendExecutionProvider")
+                }
+            }
         case .cpu, .auto:
             break
         }

@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     dest = args.out / CHECKPOINT_NAME
     try:
         if dest.is_file() and expected:
-            from .network import sha256_file
+            from .media import sha256_file
             if sha256_file(dest) == expected:
                 print(f'{dest}: already present, sha256 matches')
                 return 0

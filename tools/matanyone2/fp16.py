@@ -68,7 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from . import quantize
-from .network import sha256_file
+from .media import sha256_file
 
 CONVERTER = 'onnxconverter-common 1.16.0'
 # op types kept fp32 in every model (added to the converter's DEFAULT_OP_BLOCK_LIST)

@@ -44,7 +44,8 @@ MODEL_NAMES = ('encoder', 'uncert', 'readout', 'decoder', 'maskencoder', 'memfra
 class Models:
     """One onnxruntime session per sub-network; `run(name, **inputs)` -> dict of outputs."""
 
-    def __init__(self, model_dir: str | Path, intra_op_threads: int = 0):
+    def __init__(self, model_dir: str | Path, intra_op_threads: int = 0, providers: dict | None = None):
+        # `providers`: per model name, onnxruntime's providers list (default: the CPU provider)
         os.environ.setdefault('ORT_DISABLE_TELEMETRY', '1')  # before the library first loads
         import onnxruntime as ort
         self.dir = Path(model_dir)
@@ -62,7 +63,7 @@ class Models:
         for name in MODEL_NAMES:
             info = self.manifest['models'][name]
             sess = ort.InferenceSession(str(self.dir / info['file']), opts,
-                                        providers=['CPUExecutionProvider'])
+                                        providers=(providers or {}).get(name, ['CPUExecutionProvider']))
             self.sessions[name] = sess
             self.outputs[name] = [o['name'] for o in info['outputs']]
         self.seconds = defaultdict(float)  # accumulated run time per model

@@ -13,6 +13,7 @@ writes: frames concatenated, each H rows of W pixels of 4 bytes B, G, R, A, no r
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -76,3 +77,11 @@ def alpha_deviation(test: np.ndarray, reference: np.ndarray) -> dict:
     inter = np.logical_and(test > 0.5, reference > 0.5).sum()
     return {'mean_abs': float(d.mean()), 'p99_abs': float(np.quantile(d, 0.99)), 'max_abs': float(d.max()),
             'iou_at_0.5': float(inter / union) if union else 1.0}
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()

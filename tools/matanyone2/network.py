@@ -20,7 +20,6 @@ built by exactly the same code.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import logging
@@ -33,6 +32,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .media import sha256_file  # noqa: F401 (kept here for callers of network.sha256_file)
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +166,6 @@ def build_network(checkpoint: str | Path | None = None,
         p.requires_grad_(False)
     reset_positional_caches(built.net)
     return built
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            h.update(block)
-    return h.hexdigest()
 
 
 def reset_positional_caches(net: nn.Module) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from . import glue, media
-from .network import sha256_file
+from .media import sha256_file
 
 QUANTIZED = ('encoder', 'readout', 'maskencoder')
 SAMPLES_PER_MODEL = 12  # calls kept per model (spread over the calibration frames)

@@ -74,7 +74,7 @@ def test_download_verify_and_validate(tmp_path, http_dir, m2_built):
     """A full-size MatAnyone2 state dict over HTTP: sha256 checked, keys validated; a wrong
     digest is refused."""
     import torch
-    from tools.matanyone2.network import sha256_file
+    from tools.matanyone2.media import sha256_file
     www, base = http_dir
     torch.save(m2_built.net.state_dict(), www / 'matanyone2.pth')
     digest = sha256_file(www / 'matanyone2.pth')
