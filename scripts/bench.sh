@@ -35,4 +35,9 @@ if [[ " $* " == *" --precision fp16 "* ]] && [[ " $* " != *" --model-dir "* ]] \
     echo "[bench] making the fp16 set (tools/matanyone2/fp16.py)"
     .venv/bin/python -m tools.matanyone2.fp16 --src "$SET_DIR/matanyone2"
 fi
+if [[ " $* " == *" --precision bf16 "* ]] && [[ " $* " != *" --model-dir "* ]] \
+        && [ ! -f "$SET_DIR/matanyone2-bf16/manifest.json" ]; then
+    echo "[bench] making the bf16 set (tools/matanyone2/bf16.py, OpenVINO)"
+    .venv-openvino/bin/python -m tools.matanyone2.bf16 --src "$SET_DIR/matanyone2"
+fi
 exec .venv/bin/python -m tools.bench "${EXTRA[@]}" "$@"

@@ -2,7 +2,7 @@
 on the same decoded frames at the same working size, in one run.
 
     scripts/bench.sh [--size 512x288] [--input-size 1920x1080] [--frames 60] [--engine matanyone2]
-                     [--provider cpu] [--threads 0] [--precision fp32|int8|fp16] [--model-dir DIR]
+                     [--provider cpu] [--threads 0] [--precision fp32|int8|fp16|bf16] [--model-dir DIR]
                      [--rounds 3] [--no-upstream] [--json FILE]
     scripts/bench.sh --soak 5000 [--size 256x144] [--json FILE]
 
@@ -23,9 +23,10 @@ scaling down to the working size and the alpha back up — is the 1080p one); up
 frames already at the working size.
 --soak N instead loops the clip's frames through the element N times and samples the process's RSS
 while it runs: the memory bank fills early, so RSS must then stay flat.
-With --precision int8 or fp16 the element runs that set, then once more with fp32 on the same frames
-(same provider), and the alpha's deviation from fp32 is reported (mean, p99, max |Δα| and IoU at 0.5;
-in the JSON as int8_deviation_from_fp32 or fp16_deviation_from_fp32).
+With --precision int8, fp16 or bf16 the element runs that set, then once more with fp32 on the same
+frames (same provider), and the alpha's deviation from fp32 is reported (mean, p99, max |Δα| and IoU
+at 0.5; in the JSON as int8_deviation_from_fp32, fp16_... or bf16_deviation_from_fp32), with fp32's
+time per frame in that run and the ratio; the JSON names the CPU's bf16 arithmetic (cpu_bf16).
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ SHARED = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
 GMAC_512x288 = 35.1  # MatAnyone2 per frame at 512×288 (encoder 10.1, readout 4.2, decoder 13.1, mask encoder 7.7, rest)
 STAT_LINE = re.compile(r"matanyone-stats, (.*);")
 FIELD = re.compile(r"([\w-]+)=\((\w+)\)([^,]+)")
-REDUCED_PRECISIONS = ("int8", "fp16")  # sets whose alpha the benchmark compares with fp32's
+REDUCED_PRECISIONS = ("int8", "fp16", "bf16")  # sets whose alpha the benchmark compares with fp32's
 
 
 def parse_stats(text: str) -> list[dict]:
@@ -197,7 +198,8 @@ def parse_cpuinfo(text: str) -> dict:
     except (KeyError, ValueError, ZeroDivisionError):
         threads_per_core = 1
     return {"model": fields.get("model name", "unknown"), "isa": isa, "lanes": lanes, "fma_units": fma_units,
-            "ghz": ghz, "threads_per_core": threads_per_core}
+            "ghz": ghz, "threads_per_core": threads_per_core,
+            "bf16": [f for f in ("amx_bf16", "avx512_bf16") if f in flags]}
 
 
 def theoretical_gflops(cores: int, lanes: int | None, fma_units: int | None, ghz: float | None) -> float | None:
@@ -225,7 +227,7 @@ def cpu_description(threads: int = 0, cpuinfo: str | None = None) -> dict:
         cores = min(threads, cores)
     return {"model": info["model"], "isa": info["isa"], "cores_used": cores, "ghz": info["ghz"],
             "theoretical_gflops": theoretical_gflops(cores, info["lanes"], info["fma_units"], info["ghz"]),
-            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "bf16": info["bf16"]}
 
 
 def machine() -> dict:
@@ -395,7 +397,7 @@ def deviation(test: Path, reference: Path, width: int, height: int, skip: int) -
 
 
 def precision_deviation(args, width: int, height: int, count: int, mask: Path, alpha: Path, work: Path) -> dict | None:
-    """For --precision int8 or fp16 (MatAnyone2): the element once more with fp32 on the same frames,
+    """For --precision int8, fp16 or bf16 (MatAnyone2): the element once more with fp32 on the same frames,
     and the deviation of the reduced-precision alpha (already in `alpha`) from fp32's, with fp32's
     time per frame in that run. None for fp32 or the segmenter."""
     if args.precision not in REDUCED_PRECISIONS or args.engine != "matanyone2":
@@ -582,6 +584,10 @@ def main(argv=None) -> int:
         "precision": args.precision,
         "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
         "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
+        "bf16_deviation_from_fp32": precision_dev if args.precision == "bf16" else None,
+        "speedup_vs_fp32_same_run": (precision_dev["fp32_total_ms_same_run"]["median"] / total_median
+                                     if precision_dev and precision_dev["fp32_total_ms_same_run"]["median"] else None),
+        "cpu_bf16": cpu["bf16"],
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
         "stages_ms": stages, "fps": fps, "people": args.people, "person_ms": people_ms,
         "composite_postprocess_ms": composite_ms or None, "peak_rss_mib": peak_kib / 1024, "seed_ms": seed_ms,

@@ -84,7 +84,7 @@ public final class MatAnyone2Engine: MattingEngine {
             throw EngineError.modelInvalid(path: directory + "/manifest.json",
                                            detail: "this engine needs a model set exported with dynamic sizes")
         }
-        let runtime = try bf16Runtime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
+        let runtime = try bf16Runtime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
         var choice = try runtime.choose(options.precision == .bf16 ? .cpu : options.session.provider, device: options.session.device)
         let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
         let sessions = try runtime.open(&choice) { provider in

@@ -36,13 +36,16 @@ public final class OnnxRuntime {
     }
 
     /// Loads (once per process and path) the runtime. `explicitPath` empty means: the
-    /// `MATANYONE_ONNXRUNTIME` variable, else the set-up location, else the system search path.
-    public static func shared(explicitPath: String = "") throws -> OnnxRuntime {
+    /// `MATANYONE_ONNXRUNTIME` variable, else the set-up location, else the system search path; for
+    /// `provider` openvino, the OpenVINO build set-up installs comes first (the others lack it).
+    public static func shared(explicitPath: String = "", for provider: ExecutionProvider = .cpu) throws -> OnnxRuntime {
         var candidates: [String] = []
         if !explicitPath.isEmpty {
             candidates = [explicitPath]
         } else if let fromEnv = ProcessInfo.processInfo.environment["MATANYONE_ONNXRUNTIME"], !fromEnv.isEmpty {
             candidates = [fromEnv]
+        } else if provider == .openvino, FileManager.default.fileExists(atPath: openvinoLibraryPath) {
+            candidates = [openvinoLibraryPath]
         } else {
             // The GPU build (scripts/setup.sh --gpu) when installed, then the CPU one, then the system's.
             let gpu = FileManager.default.fileExists(atPath: gpuLibraryPath) ? [gpuLibraryPath] : []
@@ -143,8 +146,11 @@ public final class OnnxRuntime {
             guard available.contains(requested.ortName) else {
                 throw EngineError.badSettings(
                     detail: "execution-provider=\(requested.rawValue) is not in the ONNX Runtime at "
-                        + "\(libraryPath) (it has \(available.joined(separator: ", "))); install a build "
-                        + "with it (scripts/setup.sh --gpu) or use execution-provider=cpu")
+                        + "\(libraryPath) (it has \(available.joined(separator: ", "))); "
+                        + (requested == .openvino
+                            ? "leave runtime-library empty to use the OpenVINO build scripts/setup.sh installs (\(OnnxRuntime.openvinoLibraryPath))"
+                            : "install a build with it (scripts/setup.sh --gpu)")
+                        + " or use execution-provider=cpu")
             }
             if requested != .openvino {
                 let devices = try GpuReadiness.prepare(provider: requested, runtimeLibrary: libraryPath)
@@ -498,12 +504,12 @@ public final class Session {
             // Nodes TensorRT cannot take fall back to CUDA, then CPU.
             try Session.appendCUDA(api, options, device: config.device, check)
         case .openvino:
-            // bf16: OpenVINO's inference precision hint (its norms, softmax and reductions stay fp32).
-            var settings: [(String, String)] = []
-            if config.bf16 {
-                settings = [("device_type", "CPU"), ("load_config", #"{"CPU":{"INFERENCE_PRECISION_HINT":"bf16"}}"#)]
-                if config.threads > 0 { settings.append(("num_of_threads", "\(config.threads)")) }
-            }
+            // On the CPU: in bf16 where a bf16 set says so (OpenVINO's inference precision hint; its norms,
+            // softmax and reductions stay fp32 under it), else in fp32, said explicitly because
+            // OpenVINO's own default on CPUs with AMX is bf16.
+            var settings = [("device_type", "CPU"),
+                            ("load_config", #"{"CPU":{"INFERENCE_PRECISION_HINT":"\#(config.bf16 ? "bf16" : "f32")"}}"#)]
+            if config.threads > 0 { settings.append(("num_of_threads", "\(config.threads)")) }
             try withCStrings(settings.map(\.0)) { keys in
                 try withCStrings(settings.map(\.1)) { values in
                     try check(api.SessionOptionsAppendExecutionProvider(options, "OpenVINO", keys, values, settings.count),

@@ -27,7 +27,7 @@ public final class SegmenterEngine: MattingEngine {
         directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
         let manifest = try ModelManifest.load(directory: directory)
         try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
-        let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary)
+        let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
         var choice = try runtime.choose(options.session.provider, device: options.session.device)
         let directory = directory  // the closure must not capture a half-built self
         session = try runtime.open(&choice) { provider in

@@ -3,6 +3,7 @@ import CGstCheck
 import Foundation
 import Testing
 import MatteElement
+import MatteEngine
 import TestPaths
 
 /// engine=matanyone2 inside real pipelines, on the random-init model set scripts/test.sh exports.
@@ -208,6 +209,29 @@ import TestPaths
         #expect(error.domain == "gst-library-error-quark")
         #expect(error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
         #expect(error.message.contains("mem-every"))
+    }
+
+    /// precision=bf16 through the element: it runs (stats say bf16) where this CPU computes bf16, and is
+    /// LIBRARY/SETTINGS naming what to use instead where it does not.
+    @Test func bf16RunsWhereTheCpuComputesItElseIsASettingsError() throws {
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) precision=bf16 warmup=1 stats-interval=1 ! fakesink")
+        if CpuFeatures.current.bf16.isEmpty {
+            let error = try #require(run.error)
+            #expect(error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+            #expect(error.message.contains("precision=bf16") && error.message.contains("precision=fp32"))
+        } else {
+            #expect(run.error == nil, "\(String(describing: run.error))")
+            let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+            #expect(stats.first?["precision"] == "bf16", "\(stats.first ?? [:])")
+        }
+    }
+
+    @Test func bf16WithAGpuProviderIsASettingsError() throws {
+        let run = runPipeline("\(realFrames) ! \(element) precision=bf16 execution-provider=cuda ! fakesink")
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-library-error-quark")
+        #expect(error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+        #expect(error.message.contains("precision=bf16"))
     }
 
     @Test func seedMaskModeNeedsAMask() throws {

@@ -158,6 +158,41 @@ struct SegmenterEngineTests {
         #expect(report.modelMs[0] > 0)
     }
 
+    /// execution-provider=openvino without runtime-library loads the OpenVINO build set-up installs
+    /// and runs fp32 there (the hint said explicitly): the alpha matches the CPU provider's within
+    /// rounding. A runtime named that lacks OpenVINO is a settings error pointing at that build.
+    @Test func openVinoRunsTheSegmenterFromItsOwnBuildInFp32() throws {
+        try #require(FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath), "scripts/setup.sh installs it on x86-64")
+        let frame = try TestPaths.frames("test-sample2-512x288.bgra", width: 512, height: 288)[0]
+        func alpha(_ engine: SegmenterEngine) throws -> [UInt8] {
+            var alpha = [UInt8](repeating: 0, count: 512 * 288)
+            var report = FrameReport(modelCount: 1)
+            try frame.withUnsafeBufferPointer { pixels in
+                try alpha.withUnsafeMutableBufferPointer { plane in
+                    try engine.matte(BGRAImage(base: pixels.baseAddress!, width: 512, height: 288, stride: 2048),
+                                     into: GrayImage(base: plane.baseAddress!, width: 512, height: 288, stride: 512), report: &report)
+                }
+            }
+            return alpha
+        }
+        var openvino = options
+        openvino.session.provider = .openvino
+        let engine = try SegmenterEngine(options: openvino)
+        #expect(engine.provider == .openvino)
+        let viaOpenVino = try alpha(engine), viaCpu = try alpha(try SegmenterEngine(options: options))
+        let worst = zip(viaOpenVino, viaCpu).map { abs(Int($0) - Int($1)) }.max() ?? 0
+        #expect(worst <= 2, "OpenVINO fp32 differs from the CPU provider by \(worst)/255")
+        #expect(viaCpu.contains { $0 > 200 }, "no person found: the comparison would prove nothing")
+
+        openvino.runtimeLibrary = OnnxRuntime.defaultLibraryPath
+        #expect {
+            try SegmenterEngine(options: openvino)
+        } throws: { error in
+            guard case let .badSettings(detail) = error as? EngineError else { return false }
+            return detail.contains("execution-provider=openvino") && detail.contains(OnnxRuntime.openvinoLibraryPath)
+        }
+    }
+
     @Test func oddAndTinySizesWork() throws {
         let engine = try SegmenterEngine(options: options)
         for (width, height) in [(17, 9), (1, 1), (333, 17)] {
