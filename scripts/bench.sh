@@ -10,8 +10,20 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/setup.sh" >/dev/null
 cd "$ROOT"
 MODELS="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone/models"
+# The two options this script acts on, read exactly (`--name value` or `--name=value`, as argparse
+# takes them); everything is passed on to the Python tool as given.
+MODEL_DIR=""; PRECISION="fp32"
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+        --model-dir) MODEL_DIR="${args[i + 1]:-}" ;;
+        --model-dir=*) MODEL_DIR="${args[i]#*=}" ;;
+        --precision) PRECISION="${args[i + 1]:-}" ;;
+        --precision=*) PRECISION="${args[i]#*=}" ;;
+    esac
+done
 EXTRA=()
-if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [[ " $* " != *" --model-dir "* ]]; then
+if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [ -z "$MODEL_DIR" ]; then
     TEST_MODELS="$ROOT/build/test-models"
     if [ ! -f "$TEST_MODELS/matanyone2/manifest.json" ]; then
         echo "[bench] exporting the random-init MatAnyone2 set (no official weights installed)"
@@ -23,21 +35,17 @@ fi
 if [ "${1:-}" = "--live" ]; then
     exec .venv/bin/python -m tools.bench_live "${EXTRA[@]}" "${@:2}"
 fi
-# --precision int8 needs the int8 set beside the fp32 one: make it once (about a minute).
+# A reduced-precision set is made once beside the fp32 one when missing (a minute or so each); with
+# --model-dir the sets are the caller's.
 SET_DIR="$MODELS"; [ ${#EXTRA[@]} -gt 0 ] && SET_DIR="$TEST_MODELS"
-if [[ " $* " == *" --precision int8 "* ]] && [[ " $* " != *" --model-dir "* ]] \
-        && [ ! -f "$SET_DIR/matanyone2-int8/manifest.json" ]; then
-    echo "[bench] making the int8 set (tools/matanyone2/quantize.py)"
-    .venv/bin/python -m tools.matanyone2.quantize --src "$SET_DIR/matanyone2"
-fi
-if [[ " $* " == *" --precision fp16 "* ]] && [[ " $* " != *" --model-dir "* ]] \
-        && [ ! -f "$SET_DIR/matanyone2-fp16/manifest.json" ]; then
-    echo "[bench] making the fp16 set (tools/matanyone2/fp16.py)"
-    .venv/bin/python -m tools.matanyone2.fp16 --src "$SET_DIR/matanyone2"
-fi
-if [[ " $* " == *" --precision bf16 "* ]] && [[ " $* " != *" --model-dir "* ]] \
-        && [ ! -f "$SET_DIR/matanyone2-bf16/manifest.json" ]; then
-    echo "[bench] making the bf16 set (tools/matanyone2/bf16.py, OpenVINO)"
-    .venv-openvino/bin/python -m tools.matanyone2.bf16 --src "$SET_DIR/matanyone2"
+if [ -z "$MODEL_DIR" ] && [ "$PRECISION" != fp32 ] && [ ! -f "$SET_DIR/matanyone2-$PRECISION/manifest.json" ]; then
+    case "$PRECISION" in
+        int8) echo "[bench] making the int8 set (tools/matanyone2/quantize.py)"
+              .venv/bin/python -m tools.matanyone2.quantize --src "$SET_DIR/matanyone2" ;;
+        fp16) echo "[bench] making the fp16 set (tools/matanyone2/fp16.py)"
+              .venv/bin/python -m tools.matanyone2.fp16 --src "$SET_DIR/matanyone2" ;;
+        bf16) echo "[bench] making the bf16 set (tools/matanyone2/bf16.py, OpenVINO)"
+              .venv-openvino/bin/python -m tools.matanyone2.bf16 --src "$SET_DIR/matanyone2" ;;
+    esac
 fi
 exec .venv/bin/python -m tools.bench "${EXTRA[@]}" "$@"
