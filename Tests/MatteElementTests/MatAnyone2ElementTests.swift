@@ -223,6 +223,9 @@ import TestPaths
             #expect(run.error == nil, "\(String(describing: run.error))")
             let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
             #expect(stats.first?["precision"] == "bf16", "\(stats.first ?? [:])")
+            // Where bf16 measured slower than fp32 (Intel without AMX) the user is told so, once.
+            let slower = run.warnings.filter { $0.contains("precision=bf16") && $0.contains("slower than fp32") }
+            #expect(slower.count == (CpuFeatures.current.bf16SlowerThanFp32 ? 1 : 0), "\(run.warnings)")
         }
     }
 

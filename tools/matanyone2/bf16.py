@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from . import glue, media
-from .quantize import QuantizeError, copy_notices, default_clip, fp32_source_hint, load_frames, parse_size, \
+from .quantize import QuantizeError, check_fp32_source, copy_notices, default_clip, load_frames, parse_size, \
     write_manifest
 
 BF16_MODELS = ('readout', 'decoder', 'maskencoder')  # measured: see the module's text
@@ -107,17 +107,7 @@ def make_set(src: Path, out: Path, clip: Path | None = None, mask: Path | None =
              skip_frames: int = 8, check_frames: int = 8, models=BF16_MODELS, cpuinfo: str | None = None,
              log=print) -> dict:
     manifest = json.loads((src / 'manifest.json').read_text())
-    if manifest.get('engine') != 'matanyone2' or manifest.get('format') != 1:
-        raise Bf16Error(f'{src}: not a MatAnyone2 model set')
-    precision = manifest.get('precision', 'int8' if 'int8' in manifest else 'fp32')
-    if precision != 'fp32':
-        raise Bf16Error(f'{src}: not an fp32 set (it is {precision}); bf16 runs the fp32 files: '
-                        f'{fp32_source_hint(src, manifest, precision)}')
-    unknown = set(models) - set(manifest['models'])
-    if unknown:
-        raise Bf16Error(f'unknown model(s) {sorted(unknown)}; the set has {sorted(manifest["models"])}')
-    if out.resolve() == src.resolve():
-        raise Bf16Error('--out must differ from --src')
+    check_fp32_source(src, out, manifest, models, 'bf16', Bf16Error)
     if cpuinfo is None:
         cpuinfo = Path('/proc/cpuinfo').read_text()
     features = cpu_bf16_features(cpuinfo)

@@ -203,6 +203,22 @@ def fp32_source_hint(src: Path, manifest: dict, precision: str) -> str:
     return f"the fp32 set of the weights '{weights}' it was made from"
 
 
+def check_fp32_source(src: Path, out: Path, manifest: dict, models, made: str, error=QuantizeError) -> None:
+    """A derived set (`made`: int8, fp16, bf16) is made from an fp32 MatAnyone2 set that has `models`,
+    into another folder: its calibration and deviation are measured against that set."""
+    if manifest.get('engine') != 'matanyone2' or manifest.get('format') != 1:
+        raise error(f'{src}: not a MatAnyone2 model set')
+    precision = manifest.get('precision', 'int8' if 'int8' in manifest else 'fp32')
+    if precision != 'fp32':
+        raise error(f'{src}: not an fp32 set (its manifest says "precision": "{precision}"); {made} is '
+                    f'made from the fp32 set: {fp32_source_hint(src, manifest, precision)}')
+    unknown = set(models) - set(manifest['models'])
+    if unknown:
+        raise error(f'unknown model(s) {sorted(unknown)}; the set has {sorted(manifest["models"])}')
+    if out.resolve() == src.resolve():
+        raise error('--out must differ from --src')
+
+
 def write_manifest(folder: Path, manifest: dict) -> None:
     (folder / 'manifest.json').write_text(json.dumps(manifest, indent=2) + '\n')
 
@@ -237,19 +253,9 @@ def quantize_set(src: Path, out: Path, clip: Path | None = None, mask: Path | No
                  size=(512, 288), calib_frames: int = 12, check_frames: int = 12,
                  models=QUANTIZED, log=print) -> dict:
     manifest = json.loads((src / 'manifest.json').read_text())
-    if manifest.get('engine') != 'matanyone2' or manifest.get('format') != 1:
-        raise QuantizeError(f'{src}: not a MatAnyone2 model set')
     if 'int8' in manifest:
         raise QuantizeError(f'{src}: already an int8 set')
-    precision = manifest.get('precision', 'fp32')
-    if precision != 'fp32':  # the calibration and the deviation are measured against this set
-        raise QuantizeError(f'{src}: not an fp32 set (its manifest says "precision": "{precision}"); int8 is '
-                            f'made from the fp32 set: {fp32_source_hint(src, manifest, precision)}')
-    unknown = set(models) - set(manifest['models'])
-    if unknown:
-        raise QuantizeError(f'unknown model(s) {sorted(unknown)}; the set has {sorted(manifest["models"])}')
-    if out.resolve() == src.resolve():
-        raise QuantizeError('--out must differ from --src')
+    check_fp32_source(src, out, manifest, models, 'int8')
     if clip is None:
         clip, default_mask = default_clip()
         mask = mask or default_mask
