@@ -324,11 +324,11 @@ public final class Tensor {
         let count = try Tensor.checkedCount(shape, name: name)
         var memoryInfo: OpaquePointer?
         let gpu = session.provider == .cuda || session.provider == .tensorrt
-        try runtime.check(api.CreateMemoryInfo(gpu ? "Cuda" : "Cpu", OrtArenaAllocator, gpu ? Int32(session.device) : 0,
+        try session.check(api.CreateMemoryInfo(gpu ? "Cuda" : "Cpu", OrtArenaAllocator, gpu ? Int32(session.device) : 0,
                                                OrtMemTypeDefault, &memoryInfo), "CreateMemoryInfo")
         var allocator: UnsafeMutablePointer<OrtAllocator>?
         do {
-            try runtime.check(api.CreateAllocator(session.handle, memoryInfo, &allocator), "CreateAllocator")
+            try session.check(api.CreateAllocator(session.handle, memoryInfo, &allocator), "CreateAllocator")
         } catch {
             api.ReleaseMemoryInfo(memoryInfo)
             throw error
@@ -337,9 +337,9 @@ public final class Tensor {
         var created: OpaquePointer?
         var raw: UnsafeMutableRawPointer?
         do {
-            try runtime.check(api.CreateTensorAsOrtValue(allocator, &dims, dims.count, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &created),
+            try session.check(api.CreateTensorAsOrtValue(allocator, &dims, dims.count, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &created),
                               "CreateTensorAsOrtValue (\(MemoryBudget.describe(count * 4)) for '\(name)' on \(session.provider.rawValue))")
-            try runtime.check(api.GetTensorMutableData(created, &raw), "GetTensorMutableData")
+            try session.check(api.GetTensorMutableData(created, &raw), "GetTensorMutableData")
         } catch {
             if let created { api.ReleaseValue(created) }
             api.ReleaseAllocator(allocator)
@@ -457,15 +457,8 @@ public final class Session {
         self.name = name
         self.path = path
         let api = runtime.api.pointee
-        // Failures name this model; what they mean for the user is decided by the engine.
         func check(_ status: OpaquePointer?, _ call: String) throws {
-            do {
-                try runtime.check(status, call)
-            } catch var error as RuntimeCallError {
-                error.model = name
-                error.file = path
-                throw error
-            }
+            try Session.check(runtime, model: name, file: path, status, call)
         }
         var options: OpaquePointer?
         try check(api.CreateSessionOptions(&options), "CreateSessionOptions")
@@ -531,11 +524,25 @@ public final class Session {
                 "ONNX Runtime cannot create model '\(name)' on it (\(error.message)); execution-provider=cpu runs it on the CPU"])
         }
         handle = session!
-        inputs = try Session.specs(runtime: runtime, session: handle, input: true)
-        outputs = try Session.specs(runtime: runtime, session: handle, input: false)
+        inputs = try Session.specs(runtime: runtime, session: handle, input: true, check)
+        outputs = try Session.specs(runtime: runtime, session: handle, input: false, check)
     }
 
     deinit { runtime.api.pointee.ReleaseSession(handle) }
+
+    /// `OnnxRuntime.check` for a call about this model: its failure names the model and its file (what
+    /// it means for the user is decided by the engine that made the call).
+    static func check(_ runtime: OnnxRuntime, model: String, file: String, _ status: OpaquePointer?, _ call: String) throws {
+        do {
+            try runtime.check(status, call)
+        } catch var error as RuntimeCallError {
+            error.model = model
+            error.file = file
+            throw error
+        }
+    }
+
+    func check(_ status: OpaquePointer?, _ call: String) throws { try Session.check(runtime, model: name, file: path, status, call) }
 
     private static func appendCUDA(_ api: OrtApi, _ options: OpaquePointer?, device: Int,
                                    _ check: (OpaquePointer?, String) throws -> Void) throws {
@@ -550,32 +557,33 @@ public final class Session {
         try check(api.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda), "SessionOptionsAppendExecutionProvider_CUDA_V2")
     }
 
-    private static func specs(runtime: OnnxRuntime, session: OpaquePointer, input: Bool) throws -> [TensorSpec] {
+    private static func specs(runtime: OnnxRuntime, session: OpaquePointer, input: Bool,
+                              _ check: (OpaquePointer?, String) throws -> Void) throws -> [TensorSpec] {
         let api = runtime.api.pointee
         var allocator: UnsafeMutablePointer<OrtAllocator>?
-        try runtime.check(api.GetAllocatorWithDefaultOptions(&allocator), "GetAllocatorWithDefaultOptions")
+        try check(api.GetAllocatorWithDefaultOptions(&allocator), "GetAllocatorWithDefaultOptions")
         var count = 0
-        try runtime.check(input ? api.SessionGetInputCount(session, &count) : api.SessionGetOutputCount(session, &count),
+        try check(input ? api.SessionGetInputCount(session, &count) : api.SessionGetOutputCount(session, &count),
                           input ? "SessionGetInputCount" : "SessionGetOutputCount")
         var result: [TensorSpec] = []
         for index in 0..<count {
             var rawName: UnsafeMutablePointer<CChar>?
-            try runtime.check(input
+            try check(input
                 ? api.SessionGetInputName(session, index, allocator, &rawName)
                 : api.SessionGetOutputName(session, index, allocator, &rawName), "SessionGetInputName/OutputName")
             let name = String(cString: rawName!)
             _ = api.AllocatorFree(allocator, rawName)
             var typeInfo: OpaquePointer?
-            try runtime.check(input
+            try check(input
                 ? api.SessionGetInputTypeInfo(session, index, &typeInfo)
                 : api.SessionGetOutputTypeInfo(session, index, &typeInfo), "SessionGetInputTypeInfo/OutputTypeInfo")
             defer { api.ReleaseTypeInfo(typeInfo) }
             var tensorInfo: OpaquePointer?
-            try runtime.check(api.CastTypeInfoToTensorInfo(typeInfo, &tensorInfo), "CastTypeInfoToTensorInfo")
+            try check(api.CastTypeInfoToTensorInfo(typeInfo, &tensorInfo), "CastTypeInfoToTensorInfo")
             var rank = 0
-            try runtime.check(api.GetDimensionsCount(tensorInfo, &rank), "GetDimensionsCount")
+            try check(api.GetDimensionsCount(tensorInfo, &rank), "GetDimensionsCount")
             var dims = [Int64](repeating: 0, count: rank)
-            try runtime.check(api.GetDimensions(tensorInfo, &dims, rank), "GetDimensions")
+            try check(api.GetDimensions(tensorInfo, &dims, rank), "GetDimensions")
             result.append(TensorSpec(name: name, shape: dims.map { Int($0) }))
         }
         return result
@@ -589,14 +597,8 @@ public final class Session {
             try withCStrings(outputs.map(\.0)) { outputNames in
                 var inputValues: [OpaquePointer?] = inputs.map(\.1)
                 var outputValues: [OpaquePointer?] = outputs.map(\.1)
-                let status = runtime.api.pointee.Run(handle, nil, inputNames, &inputValues, inputs.count,
-                                                     outputNames, outputs.count, &outputValues)
-                do {
-                    try runtime.check(status, "Run")
-                } catch var error as RuntimeCallError {
-                    error.model = name
-                    throw error
-                }
+                try check(runtime.api.pointee.Run(handle, nil, inputNames, &inputValues, inputs.count,
+                                                  outputNames, outputs.count, &outputValues), "Run")
             }
         }
     }
@@ -674,15 +676,7 @@ public final class Binding {
 
     /// Runs the model; outputs land in the bound tensors' storage.
     public func run() throws {
-        let runtime = session.runtime
-        let status = runtime.api.pointee.Run(
-            session.handle, nil, inputNames, inputValues, inputs.count, outputNames, outputs.count, outputValues)
-        do {
-            try runtime.check(status, "Run")
-        } catch var error as RuntimeCallError {
-            error.model = session.name
-            error.file = session.path
-            throw error
-        }
+        try session.check(session.runtime.api.pointee.Run(
+            session.handle, nil, inputNames, inputValues, inputs.count, outputNames, outputs.count, outputValues), "Run")
     }
 }
