@@ -142,6 +142,9 @@ extension ModelPrecision: PropertyEnum {
     }
 }
 
+/// MatAnyone2's own defaults, which the element's are (`Settings` says where it differs).
+private let engineDefaults = MatAnyone2Parameters()
+
 /// Everything a user can set. Guarded by `MatteFilter`'s settings lock; the streaming thread works on
 /// a snapshot taken at the start of each operation. A new property is a field here and one entry in
 /// `PropertyDeclaration.all`.
@@ -158,13 +161,13 @@ struct Settings: Equatable {
     var executionProvider = ExecutionProvider.cpu
     /// CUDA/TensorRT: which GPU (machines with several run one pipeline per GPU).
     var gpuDevice: UInt32 = 0
-    // MatAnyone2 (upstream defaults).
+    // MatAnyone2: the engine's defaults (upstream's), unless said otherwise below.
     var seed = SeedMode.auto
     var seedMask = ""
-    var memEvery: UInt32 = 5
-    var maxMemFrames: UInt32 = 5
-    var topK: UInt32 = 30
-    var warmup: UInt32 = 10
+    var memEvery = UInt32(engineDefaults.memEvery)
+    var maxMemFrames = UInt32(engineDefaults.maxMemFrames)
+    var topK = UInt32(engineDefaults.topK)
+    var warmup = UInt32(engineDefaults.warmup)
     var workingSize: UInt32 = 288
     var precision = ModelPrecision.fp32
     /// Upstream silence (ms of stream time) after which the track starts over (GapRule); 0: every
@@ -181,24 +184,25 @@ struct Settings: Equatable {
     /// 2.5 % (tools/flicker.py, README).
     var temporalSmoothing: UInt32 = 50
     /// MatAnyone2: people tracked at once (each with its own memory bank).
-    var maxPeople: UInt32 = 1
+    var maxPeople = UInt32(engineDefaults.maxPeople)
     /// The quality watch: every 30 frames (1 s at 30 fps: a drifting track is caught within a few
-    /// seconds, and the segmenter's run every 30th frame costs little).
+    /// seconds, and the segmenter's run every 30th frame costs little). The one deliberate difference
+    /// from the engine, whose default is no watch (0): the element watches by default.
     var watchInterval: UInt32 = 30
     /// IoU (%) below which a track disagrees with the segmenter: 25. Two good mattes of one person
     /// agree less than one would think: on test-sample2's dancer the segmenter's IoU with the
     /// hand-made first-frame mask is 0.55, and with its own next frame 0.78 median, 0.48 worst (thin,
     /// fast limbs). 25 is half the worst of those, so a soft edge or a lagging limb does not trigger
     /// it, a track that has lost its person does (README, "Quality watch").
-    var watchIoU: UInt32 = 25
+    var watchIoU = UInt32((engineDefaults.watch.minimumIoU * 100).rounded())
     /// MatAnyone2's mean uncertainty (%) over the person above which a track disagrees. 80: only a
     /// track the model itself mostly doubts (not calibrated on the official weights, which these
     /// machines cannot download: measure with them before lowering it).
-    var watchUncertainty: UInt32 = 80
+    var watchUncertainty = UInt32((engineDefaults.watch.maximumUncertainty * 100).rounded())
     /// Disagreeing checks in a row before re-seeding: 3 (one odd frame of the segmenter is not drift).
-    var watchPatience: UInt32 = 3
+    var watchPatience = UInt32(engineDefaults.watch.patience)
     /// Alpha while nobody is tracked: 255 passes the frame through (as before the first seed).
-    var noPersonAlpha: UInt32 = 255
+    var noPersonAlpha = UInt32(engineDefaults.noPersonAlpha)
     /// Composites: estimate the person's colour at soft edges (ForegroundEstimator; README figures).
     var edgeColors = EdgeColors.estimated
     /// Composites with alpha below 255: straight, as GStreamer's BGRA is.
