@@ -327,12 +327,12 @@ final class MatAnyone2Core {
         let readStart = monotonicMs()
         switch glue {
         case let .host(bank):
-            bank.read(queryKey: tensors.key.data, selection: tensors.selection.data, topK: parameters.topK, into: tensors.memoryReadout.data)
-            let readout = tensors.memoryReadout.data, last = tensors.lastMaskValue.data
-            for index in 0..<tensors.memoryReadout.count { tensors.memoryValueDifference.data[index] = readout[index] - last[index] }
+            bank.read(queryKey: tensors.key.data, selection: tensors.selection.data, topK: parameters.topK, into: tensors.bankReadout.data)
+            let readout = tensors.bankReadout.data, last = tensors.lastMaskValue.data
+            for index in 0..<tensors.bankReadout.count { tensors.memoryValueDifference.data[index] = readout[index] - last[index] }
         case let .device(device):
             try device.bank.read(queryKey: tensors.key, selection: tensors.selection, lastValue: tensors.lastMaskValue,
-                                 topK: parameters.topK, readout: tensors.memoryReadout, difference: tensors.memoryValueDifference)
+                                 topK: parameters.topK, readout: tensors.bankReadout, difference: tensors.memoryValueDifference)
         }
         memoryMs += monotonicMs() - readStart
 
@@ -340,15 +340,15 @@ final class MatAnyone2Core {
         // visual = readout·p + last_mask_value·(1 − p), p broadcast over channels.
         switch glue {
         case .host:
-            let readout = tensors.memoryReadout.data, last = tensors.lastMaskValue.data
-            let tokens = gridTokens, p = tensors.uncertainty.data, visual = tensors.visualReadout.data
-            for channel in 0..<(tensors.memoryReadout.count / tokens) {
+            let readout = tensors.bankReadout.data, last = tensors.lastMaskValue.data
+            let tokens = gridTokens, p = tensors.uncertainty.data, visual = tensors.blendedReadout.data
+            for channel in 0..<(tensors.bankReadout.count / tokens) {
                 let base = channel * tokens
                 for q in 0..<tokens { visual[base + q] = readout[base + q] * p[q] + last[base + q] * (1 - p[q]) }
             }
         case let .device(device):
-            try device.graphs.blend(readout: tensors.memoryReadout, last: tensors.lastMaskValue, uncertainty: tensors.uncertainty,
-                                    into: tensors.visualReadout)
+            try device.graphs.blend(readout: tensors.bankReadout, last: tensors.lastMaskValue, uncertainty: tensors.uncertainty,
+                                    into: tensors.blendedReadout)
         }
         try run(calls.readoutFromMemory, .readout)
         try run(calls.decode, .decoder)
@@ -371,7 +371,11 @@ final class MatAnyone2Core {
 private struct Tensors {
     let image, f8, f4, f2, f1, pixFeat, key, shrinkage, selection: Tensor
     let sensory, lastAlpha, lastPixFeat, lastMaskValue, objectMemory: Tensor
-    let memoryReadout, memoryValueDifference, uncertainty, visualReadout, memReadout: Tensor
+    /// By role: `bankReadout` is what the memory bank's read returns (affinity × values);
+    /// `blendedReadout` that readout blended with the last mask value where the frame is uncertain,
+    /// the readout model's `visual_readout` (so both take that port's shape); `objectReadout` the
+    /// readout model's output after the object transformer, the decoder's `mem_readout`.
+    let bankReadout, memoryValueDifference, uncertainty, blendedReadout, objectReadout: Tensor
     let decodedAlpha, decodedSensory, memoryFrameSensory, objectSummary: Tensor
 
     /// `shared`: another core's tensors whose encoder input and outputs these reuse (one encoding
@@ -399,11 +403,11 @@ private struct Tensors {
         lastPixFeat = try make(.uncert, "last_pix_feat")
         lastMaskValue = try make(.maskencoder, "mask_value", output: true)
         objectMemory = try make(.readout, "obj_memory")
-        memoryReadout = try make(.readout, "visual_readout")
+        bankReadout = try make(.readout, "visual_readout")
         memoryValueDifference = try make(.uncert, "mem_val_diff")
         uncertainty = try make(.uncert, "uncert_prob", output: true)
-        visualReadout = try make(.readout, "visual_readout")
-        memReadout = try make(.readout, "mem_readout", output: true)
+        blendedReadout = try make(.readout, "visual_readout")
+        objectReadout = try make(.readout, "mem_readout", output: true)
         decodedAlpha = try make(.decoder, "alpha", output: true)
         decodedSensory = try make(.decoder, "sensory_out", output: true)
         memoryFrameSensory = try make(.memframe, "sensory_out", output: true)
@@ -427,7 +431,7 @@ private struct Tensors {
         let sameCount: [[Tensor]] = [
             [key, selection], [lastAlpha, decodedAlpha], [pixFeat, lastPixFeat], [objectMemory, objectSummary],
             [sensory, decodedSensory, memoryFrameSensory],
-            [lastMaskValue, memoryReadout, memoryValueDifference, visualReadout, memReadout],
+            [lastMaskValue, bankReadout, memoryValueDifference, blendedReadout, objectReadout],
         ]
         for group in sameCount where Set(group.map(\.count)).count > 1 {
             throw EngineError.modelInvalid(path: manifestPath, detail: "tensors the engine combines element-wise have "
@@ -453,12 +457,12 @@ private struct Calls {
                            "shrinkage": t.shrinkage, "selection": t.selection])
         estimateUncertainty = try bind(.uncert, ["last_pix_feat": t.lastPixFeat, "pix_feat": t.pixFeat, "last_mask": t.lastAlpha,
                                                  "mem_val_diff": t.memoryValueDifference], ["uncert_prob": t.uncertainty])
-        readoutFromMemory = try bind(.readout, ["pix_feat": t.pixFeat, "visual_readout": t.visualReadout, "sensory": t.sensory,
-                                                "last_mask": t.lastAlpha, "obj_memory": t.objectMemory], ["mem_readout": t.memReadout])
+        readoutFromMemory = try bind(.readout, ["pix_feat": t.pixFeat, "visual_readout": t.blendedReadout, "sensory": t.sensory,
+                                                "last_mask": t.lastAlpha, "obj_memory": t.objectMemory], ["mem_readout": t.objectReadout])
         // First-frame passes read no memory: the pixel-memory input is the last mask value itself.
         readoutFirstFrame = try bind(.readout, ["pix_feat": t.pixFeat, "visual_readout": t.lastMaskValue, "sensory": t.sensory,
-                                                "last_mask": t.lastAlpha, "obj_memory": t.objectMemory], ["mem_readout": t.memReadout])
-        decode = try bind(.decoder, ["f8": t.f8, "f4": t.f4, "f2": t.f2, "f1": t.f1, "mem_readout": t.memReadout,
+                                                "last_mask": t.lastAlpha, "obj_memory": t.objectMemory], ["mem_readout": t.objectReadout])
+        decode = try bind(.decoder, ["f8": t.f8, "f4": t.f4, "f2": t.f2, "f1": t.f1, "mem_readout": t.objectReadout,
                                      "sensory": t.sensory], ["alpha": t.decodedAlpha, "sensory_out": t.decodedSensory])
         encodeMask = try bind(.maskencoder, ["f1": t.f1, "pix_feat": t.pixFeat, "mask": t.lastAlpha], ["mask_value": t.lastMaskValue])
         memorizeFrame = try bind(.memframe, ["mask_value": t.lastMaskValue, "sensory": t.sensory, "mask": t.lastAlpha],

@@ -14,7 +14,10 @@ public enum SeedSource: Equatable, Sendable {
 /// passes through) and `FrameReport.seeded` is false.
 public final class MatAnyone2Engine: MattingEngine {
     public let kind = EngineKind.matanyone2
-    public let modelNames = MatAnyone2Core.modelNames + ["segmenter"]
+    public let modelNames = MatAnyone2Engine.reportedModels
+    private static let reportedModels = MatAnyone2Core.modelNames + [EngineKind.segmenter.rawValue]
+    /// Where the seeding segmenter's time goes in a `FrameReport`, found by its name.
+    private static let segmenterSlot = reportedModels.firstIndex(of: EngineKind.segmenter.rawValue)!
     public let directory: String
     public let parameters: MatAnyone2Parameters
     /// Short side of the working size (multiple of 16); 0 keeps the frame's size.
@@ -497,7 +500,7 @@ public final class MatAnyone2Engine: MattingEngine {
                                                        height: frame.height, stride: frame.width),
                                 report: &segmenterReport)
         }
-        report.modelMs[MatAnyone2Core.modelNames.count] += segmenterReport.modelMs[0]
+        report.modelMs[MatAnyone2Engine.segmenterSlot] += segmenterReport.modelMs[0]
         let person = seedAlpha.reduce(0) { $0 + ($1 >= 128 ? 1 : 0) }
         guard Double(person) >= MatAnyone2Engine.minimumSeedCoverage * Double(seedAlpha.count) else { return [] }
         let binary = seedAlpha.map { $0 >= 128 ? UInt8(255) : 0 }
