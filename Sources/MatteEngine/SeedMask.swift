@@ -44,17 +44,17 @@ enum SeedMask {
 
     /// A mask in [0, 1] (1 = the person) → seed alpha in {0, 1}, as upstream prepares it from its 8-bit
     /// mask: quantised to levels once, dilated where any level is set, eroded where not all are 255.
+    /// (With neither, the quantised levels are returned as they are.)
     static func prepare(_ mask: [Float], width: Int, height: Int, dilate: Int = 10, erode: Int = 10) -> [Float] {
-        var levels = mask.map { min(max($0 * 255 + 0.5, 0), 255).rounded(.down) }
-        if dilate > 0 {
-            let grown = morph(levels.map { $0 != 0 }, width: width, height: height, kernel: ellipse(dilate), dilate: true)
-            levels = grown.map { $0 ? 255 : 0 }
-        }
-        if erode > 0 {
-            let shrunk = morph(levels.map { $0 == 255 }, width: width, height: height, kernel: ellipse(erode), dilate: false)
-            levels = shrunk.map { $0 ? 255 : 0 }
-        }
-        return levels.map { $0 / 255 }
+        let levels = mask.map { min(max($0 * 255 + 0.5, 0), 255).rounded(.down) }
+        guard dilate > 0 || erode > 0 else { return levels.map { $0 / 255 } }
+        // Binary from here on, converted back once: after a dilation every level is 0 or 255, so
+        // "any level set" and "all 255" are the same cells.
+        var set = dilate > 0
+            ? morph(levels.map { $0 != 0 }, width: width, height: height, kernel: ellipse(dilate), dilate: true)
+            : levels.map { $0 == 255 }
+        if erode > 0 { set = morph(set, width: width, height: height, kernel: ellipse(erode), dilate: false) }
+        return set.map { $0 ? 1 : 0 }
     }
 }
 
