@@ -16,16 +16,10 @@ import TestPaths
         "filesrc location=\"\(data)/test-sample2-512x288.bgra\" ! rawvideoparse format=bgra width=512 height=288 framerate=25/1"
     }
 
-    private func loadReference() throws -> [Float] {
-        let bytes = try Data(contentsOf: URL(fileURLWithPath: "\(data)/matanyone2-reference.npy"))
-        let headerLength = Int(bytes[8]) | Int(bytes[9]) << 8
-        return bytes.subdata(in: (10 + headerLength)..<bytes.count).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-    }
-
     /// The pipeline: decode, scale to 512×288, matte, appsink; GRAY8 against the upstream
     /// reference up to 8-bit rounding.
     @Test func parityThroughARealPipeline() throws {
-        let reference = try loadReference()
+        let reference = try TestPaths.loadNpy("matanyone2-reference.npy")
         let frameSize = 512 * 288
         let count = min(reference.count / frameSize, 30)
         let run = runPipeline(

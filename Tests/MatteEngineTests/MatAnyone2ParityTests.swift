@@ -9,17 +9,8 @@ import TestPaths
 @Suite(.serialized) struct MatAnyone2ParityTests {
     static let width = 512, height = 288
 
-    /// float32 [T, H, W] from a .npy file (little-endian, C order).
-    static func loadNpy(_ path: String) throws -> [Float] {
-        let data = try Data(contentsOf: URL(fileURLWithPath: path))
-        let headerLength = Int(data[8]) | Int(data[9]) << 8
-        let payload = data.subdata(in: (10 + headerLength)..<data.count)
-        return payload.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-    }
-
     @Test func everyFrameMatchesUpstream() throws {
-        let referencePath = TestPaths.dataDir + "/matanyone2-reference.npy"
-        let reference = try MatAnyone2ParityTests.loadNpy(referencePath)
+        let reference = try TestPaths.loadNpy("matanyone2-reference.npy")
         let frameSize = Self.width * Self.height
         let count = reference.count / frameSize
         #expect(count >= 30, "reference has \(count) frames")

@@ -16,6 +16,14 @@ public enum TestPaths {
                 .deletingLastPathComponent().appendingPathComponent("build/test-data").path
     }
 
+    /// The float32 array of a `.npy` file `scripts/test.sh` wrote (numpy format 1.0: little-endian,
+    /// C order; the header's shape is the caller's to know), e.g. the upstream reference alphas.
+    public static func loadNpy(_ name: String) throws -> [Float] {
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: dataDir + "/" + name))
+        let headerLength = Int(bytes[8]) | Int(bytes[9]) << 8
+        return bytes.subdata(in: (10 + headerLength)..<bytes.count).withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
+
     /// A scratch folder of our own inside the project's build folder.
     public static func scratch(_ name: String) -> String {
         let path = dataDir + "/scratch/" + name + "-" + UUID().uuidString
