@@ -383,12 +383,14 @@ def soak(args, width: int, height: int, mask: Path, work: Path) -> int:
     return 0
 
 
-def deviation(test: Path, reference: Path, width: int, height: int, skip: int) -> dict:
-    """|Δα| of one run's GRAY8 alphas against another's, over the measured frames (in [0, 1])."""
+def deviation(test: Path, reference: Path, width: int, height: int, skip: int, count: int) -> dict:
+    """|Δα| of one run's GRAY8 alphas against another's, over the measured frames (in [0, 1]): the
+    first `count` frames only, since `identity eos-after` behind decodebin lets a varying number of
+    further frames through when the element is slow, not the same ones from run to run."""
     size = width * height
     a = np.fromfile(test, dtype=np.uint8)
     b = np.fromfile(reference, dtype=np.uint8)
-    frames = min(a.size, b.size) // size
+    frames = min(a.size // size, b.size // size, count)
     if frames <= skip:
         sys.exit("bench: the alpha outputs are too short to compare")
     a = a[skip * size:frames * size].astype(np.float32) / 255
@@ -405,7 +407,7 @@ def precision_deviation(args, width: int, height: int, count: int, mask: Path, a
     print(f"running the element again with fp32 for the {args.precision} deviation …", flush=True)
     reference = work / f"alpha-fp32-{width}x{height}.gray"
     fp32_rows, _, _ = run_element(args, width, height, count, mask, "fp32", reference)
-    result = deviation(alpha, reference, args.input_width, args.input_height, args.skip)
+    result = deviation(alpha, reference, args.input_width, args.input_height, args.skip, count + 1)
     fp32_total = [r["total-ms"] for r in fp32_rows if r.get("frame", 0) > args.skip]
     result["fp32_total_ms_same_run"] = summary(fp32_total)
     return result

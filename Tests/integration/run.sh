@@ -87,7 +87,9 @@ check "example: live → alpha PNGs, every frame kept (async, async-delay)" live
 
 # Recording with alpha: each container of the example keeps the element's alpha. The file is
 # decoded again and its alpha compared with the element's own GRAY8 alpha of the same frames:
-# FFV1 and PNG exactly, ProRes 4444 (10-bit alpha) within 1 of 255.
+# FFV1 and PNG exactly, ProRes 4444 (10-bit alpha) within 1 of 255. Only the first FRAMES frames
+# count: `identity eos-after` behind decodebin lets a varying number of further frames through when
+# downstream is slow (7 or 9 for eos-after=6 here), and those are not the same frames from run to run.
 alpha_survives() { # codec, file, largest difference allowed
     local codec="$1" file="$OUT/$2" allowed="$3"
     FRAMES=6 "$ROOT/examples/pipelines/file-to-alpha-video.sh" "$CLIP" "$file" "$codec" >"$OUT/record-$codec.log" 2>&1 || return 1
@@ -95,12 +97,12 @@ alpha_survives() { # codec, file, largest difference allowed
         ! filesink location="$OUT/decoded-$codec.bgra" || return 1
     [ -s "$OUT/own-alpha.gray" ] || gst-launch-1.0 -q filesrc location="$CLIP" ! decodebin ! videoconvert ! video/x-raw,format=BGRA \
         ! identity eos-after=6 ! matanyone output=alpha ! video/x-raw,format=GRAY8 ! filesink location="$OUT/own-alpha.gray" || return 1
-    "$ROOT/.venv/bin/python" - "$OUT/decoded-$codec.bgra" "$OUT/own-alpha.gray" "$allowed" <<'PYEOF'
+    "$ROOT/.venv/bin/python" - "$OUT/decoded-$codec.bgra" "$OUT/own-alpha.gray" "$allowed" 6 <<'PYEOF'
 import sys, numpy as np
 decoded = np.fromfile(sys.argv[1], np.uint8).reshape(-1, 4)[:, 3]
 own = np.fromfile(sys.argv[2], np.uint8)
 frame = 720 * 528  # Megamind.avi
-n = min(decoded.size, own.size) // frame * frame
+n = min(decoded.size, own.size, int(sys.argv[4]) * frame) // frame * frame
 if n < 3 * frame:
     sys.exit(f"only {n // frame} frames to compare")
 difference = np.abs(decoded[:n].astype(int) - own[:n].astype(int))
