@@ -160,7 +160,12 @@ import TestPaths
         let swift = try run(.host), graph = try run(.device)
         let worst = zip(swift, graph).flatMap { zip($0, $1).map { Double(abs($0 - $1)) } }.max() ?? .infinity
         print("MatAnyone2 alpha, device path vs host path over \(swift.count) frames (schedule \(schedule)): max |Δ| \(worst)")
-        #expect(worst <= 1e-4)
+        // The two paths multiply in different orders (OpenBLAS's SGEMM against ONNX Runtime's MatMul),
+        // and the top-k softmax over a bank that changes every frame magnifies that: max |Δ| measured
+        // under 1e-4 on AVX2 machines, 1.9e-4 on an AVX-512 Xeon whose OpenBLAS runs its own kernels.
+        // Glue that differs in substance moves alphas by 1e-2 and more; 1e-3 is also the bound of
+        // parity with upstream.
+        #expect(worst <= 1e-3)
         #expect(swift.last!.contains { $0 > 0.5 } && swift.last!.contains { $0 < 0.5 }, "a blank alpha would match anything")
     }
 
