@@ -25,8 +25,8 @@ import TestPaths
         #expect(Self.zen4.bf16 == ["avx512_bf16"] && Self.zen4.vendor == "AuthenticAMD" && Self.zen4.modelName == "AMD EPYC 9B14")
         #expect(Self.intelAmx.bf16 == ["amx_bf16", "avx512_bf16"])
         #expect(Self.zen4.bf16Problem == nil && Self.intelNoAmx.bf16Problem == nil && Self.intelAmx.bf16Problem == nil)
-        let problem = try? #require(Self.avx2Only.bf16Problem)
-        #expect(problem?.contains("AMD EPYC 7B13") == true && problem?.contains("precision=fp32") == true)
+        let problem = Self.avx2Only.bf16Problem ?? ""
+        #expect(problem.contains("AMD EPYC 7B13") && problem.contains("precision=fp32"), "\(problem)")
         // Where bf16 is native but measured slower than fp32: Intel's AVX512_BF16 without AMX only.
         #expect(Self.intelNoAmx.bf16SlowerThanFp32)
         #expect(!Self.intelAmx.bf16SlowerThanFp32 && !Self.zen4.bf16SlowerThanFp32)
