@@ -35,7 +35,6 @@ nothing, so the tool stops with an error (the element refuses precision=bf16 the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -48,7 +47,7 @@ import numpy as np
 
 from . import glue, media
 from .quantize import QuantizeError, check_fp32_source, copy_notices, default_clip, load_frames, parse_size, \
-    write_manifest
+    set_arguments, write_manifest
 
 BF16_MODELS = ('readout', 'decoder', 'maskencoder')  # measured: see the module's text
 HINT = 'bf16'  # OpenVINO's INFERENCE_PRECISION_HINT for the bf16 models
@@ -165,12 +164,7 @@ def make_set(src: Path, out: Path, clip: Path | None = None, mask: Path | None =
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--src', type=Path, required=True, help='fp32 set (folder with manifest.json)')
-    p.add_argument('--out', type=Path, help='folder for the bf16 set (default: matanyone2-bf16 beside --src)')
-    p.add_argument('--clip', type=Path, help='clip for the deviation check (default: test-sample2 or Megamind)')
-    p.add_argument('--mask', type=Path, help="first-frame mask (default: the clip's, or the segmenter's)")
-    p.add_argument('--size', default='512x288', help='working size WxH (multiples of 16)')
+    p = set_arguments(__doc__, 'bf16', 'clip for the deviation check')
     p.add_argument('--skip-frames', type=int, default=8, help='frames run but not counted (the int8 calibration frames)')
     p.add_argument('--check-frames', type=int, default=8, help='held-out frames the deviation is measured on')
     p.add_argument('--models', default=','.join(BF16_MODELS), help='models to run in bf16, comma-separated (the rest fp32)')

@@ -240,6 +240,18 @@ def publish_set(staged: Path, out: Path, manifest: dict, key: str, dev: dict | N
     log(f'wrote {out} ({time.perf_counter() - started:.0f} s in all)')
 
 
+def set_arguments(description: str, made: str, clip: str) -> argparse.ArgumentParser:
+    """The command line a derived set's tool (int8, bf16) starts from: the fp32 set, the output folder,
+    the clip and mask it measures on, and the working size."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--src', type=Path, required=True, help='fp32 set (folder with manifest.json)')
+    p.add_argument('--out', type=Path, help=f'folder for the {made} set (default: matanyone2-{made} beside --src)')
+    p.add_argument('--clip', type=Path, help=f'{clip} (default: test-sample2 or Megamind)')
+    p.add_argument('--mask', type=Path, help="first-frame mask (default: the clip's, or the segmenter's)")
+    p.add_argument('--size', default='512x288', help='working size WxH (multiples of 16)')
+    return p
+
+
 def parse_size(parser: argparse.ArgumentParser, text: str) -> tuple[int, int]:
     """--size WxH -> (width, height); a parser error otherwise."""
     try:
@@ -301,12 +313,7 @@ def main(argv=None) -> int:
     os.environ.setdefault('ORT_DISABLE_TELEMETRY', '1')
     # onnxruntime.quantization logs advice (pre-processing, per-node notes) on the root logger
     logging.basicConfig(level=logging.ERROR)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--src', type=Path, required=True, help='fp32 set (folder with manifest.json)')
-    p.add_argument('--out', type=Path, help='folder for the int8 set (default: matanyone2-int8 beside --src)')
-    p.add_argument('--clip', type=Path, help='calibration video (default: test-sample2 or Megamind)')
-    p.add_argument('--mask', type=Path, help="first-frame mask (default: the clip's, or the segmenter's)")
-    p.add_argument('--size', default='512x288', help='calibration working size WxH (multiples of 16)')
+    p = set_arguments(__doc__, 'int8', 'calibration video')
     p.add_argument('--calib-frames', type=int, default=12)
     p.add_argument('--check-frames', type=int, default=12)
     p.add_argument('--models', default=','.join(QUANTIZED),
