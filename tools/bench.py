@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.matanyone2.bf16 import bf16_flags
 from tools.matanyone2.media import alpha_deviation, decode_video_bgra
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,7 +200,7 @@ def parse_cpuinfo(text: str) -> dict:
         threads_per_core = 1
     return {"model": fields.get("model name", "unknown"), "isa": isa, "lanes": lanes, "fma_units": fma_units,
             "ghz": ghz, "threads_per_core": threads_per_core,
-            "bf16": [f for f in ("amx_bf16", "avx512_bf16") if f in flags]}
+            "bf16": bf16_flags(flags)}
 
 
 def theoretical_gflops(cores: int, lanes: int | None, fma_units: int | None, ghz: float | None) -> float | None:
@@ -555,15 +556,15 @@ def main(argv=None) -> int:
         note = " (an fp32 floor: int8 arithmetic is not bound by it)" if args.precision == "int8" else ""
         print(f"floor                {floor_ms:.0f} ms/frame ({gmac:.1f} GMAC at the ORT MatMul peak); "
               f"ours = {total_median / floor_ms:.2f}× the floor{note}")
+    fp32_median = precision_dev["fp32_total_ms_same_run"]["median"] if precision_dev else None
+    speedup = fp32_median / total_median if fp32_median else None  # over fp32 on the same frames, this run
     if precision_dev:
         d = precision_dev
         label = f"{args.precision} vs fp32 alpha"
         print(f"{label:21s}mean |Δα| {d['mean_abs']:.4f}, p99 {d['p99_abs']:.4f}, max {d['max_abs']:.4f}, "
               f"IoU@0.5 {d['iou_at_0.5']:.4f} ({d['frames']} frames)")
-        fp32_median = d["fp32_total_ms_same_run"]["median"]
-        if fp32_median:
-            ratio = fp32_median / total_median
-            speed = f"{ratio:.2f}× faster" if ratio >= 1 else f"{1 / ratio:.2f}× slower"
+        if speedup:
+            speed = f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
             print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {args.precision} is {speed}")
     if composite_ms:
         plain, estimated = composite_ms["original"]["median"], composite_ms["estimated"]["median"]
@@ -587,8 +588,7 @@ def main(argv=None) -> int:
         "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
         "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
         "bf16_deviation_from_fp32": precision_dev if args.precision == "bf16" else None,
-        "speedup_vs_fp32_same_run": (precision_dev["fp32_total_ms_same_run"]["median"] / total_median
-                                     if precision_dev and precision_dev["fp32_total_ms_same_run"]["median"] else None),
+        "speedup_vs_fp32_same_run": speedup,
         "cpu_bf16": cpu["bf16"],
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,
         "stages_ms": stages, "fps": fps, "people": args.people, "person_ms": people_ms,

@@ -32,7 +32,8 @@ public struct CpuFeatures: Equatable, Sendable {
     public var bf16: [String] { ["amx_bf16", "avx512_bf16"].filter(flags.contains) }
 
     /// Measured on a 2-core Intel Xeon (Emerald Rapids, AMX not exposed by the hypervisor): OpenVINO's
-    /// bf16 kernels on AVX512_BF16 alone ran MatAnyone2 1.2-1.6x slower than fp32. Intel's AVX-512 cores
+    /// bf16 kernels on AVX512_BF16 alone ran MatAnyone2 1.17-1.29x slower than fp32 a frame (each model
+    /// 1.0-1.6x, bench/bf16-2core-avx512bf16-intel-noamx.json). Intel's AVX-512 cores
     /// retire one bf16 dot product (32 MACs) per cycle but two fp32 FMAs (16 MACs each), so bf16 gains
     /// nothing there and loses the conversions; AMX (Sapphire Rapids on) and AMD's Zen 4/5 are where it
     /// pays.

@@ -102,7 +102,7 @@ public final class MatAnyone2Engine: MattingEngine {
         self.sessions = sessions
         providerNote = choice.fallbackReason ?? (options.precision == .bf16 && options.cpuFeatures.bf16SlowerThanFp32
             ? "precision=bf16 on this CPU (\(options.cpuFeatures.modelName)): Intel's AVX512_BF16 without AMX ran MatAnyone2 "
-                + "1.2-1.6x slower than fp32 where measured (scripts/bench.sh --precision bf16 measures it here); "
+                + "1.17-1.29x slower than fp32 a frame where measured (scripts/bench.sh --precision bf16 measures it here); "
                 + "precision=fp32 is likely faster" : nil)
         self.parameters = parameters
         watch = QualityWatch(settings: parameters.watch, tracks: parameters.maxPeople)

@@ -59,13 +59,16 @@ class Bf16Error(RuntimeError):
     pass
 
 
+def bf16_flags(flags) -> list[str]:
+    """Of a CPU's flags, the bf16 arithmetic it offers: ['amx_bf16', 'avx512_bf16'], a subset, or []."""
+    return [f for f in ('amx_bf16', 'avx512_bf16') if f in flags]
+
+
 def cpu_bf16_features(cpuinfo: str) -> list[str]:
-    """The bf16 arithmetic the CPU offers, from /proc/cpuinfo's flags: ['amx_bf16', 'avx512_bf16'], a
-    subset, or [] (the first processor's flags; all cores of one machine share them)."""
+    """`bf16_flags` of /proc/cpuinfo text (the first processor's flags; all cores of one machine share them)."""
     for line in cpuinfo.splitlines():
         if line.startswith('flags'):
-            flags = set(line.partition(':')[2].split())
-            return [f for f in ('amx_bf16', 'avx512_bf16') if f in flags]
+            return bf16_flags(set(line.partition(':')[2].split()))
     return []
 
 
