@@ -1,8 +1,12 @@
 // swift-tools-version:5.9
 import PackageDescription
 
-// Layering (as in gst-plugins-rs): MatteEngine never imports GStreamer; MatteElement never sees
-// ONNX Runtime; the gst-plugin target only exports the plugin descriptor.
+// Layering (as in gst-plugins-rs), each target seeing only those below it:
+//
+//   MattePixels            image views, slicing, resampling, compositing: Foundation only
+//   MatteEngine            engines, ONNX Runtime, motion: never GStreamer
+//   MatteElement           the element: GStreamer, never ONNX Runtime
+//   GstMatAnyonePlugin     gst-plugin/: only exports the plugin descriptor
 let package = Package(
     name: "gst-matanyone",
     products: [
@@ -22,20 +26,21 @@ let package = Package(
             pkgConfig: "openblas",
             providers: [.apt(["libopenblas-dev"])]
         ),
+        .target(name: "MattePixels", path: "Sources/MattePixels", swiftSettings: [.unsafeFlags(["-O"])]),
         .target(
             name: "MatteEngine",
-            dependencies: ["COnnxRuntime", "COpenBLAS"],
+            dependencies: ["MattePixels", "COnnxRuntime", "COpenBLAS"],
             path: "Sources/MatteEngine",
             swiftSettings: [.unsafeFlags(["-O"])]
         ),
         .target(
             name: "MatteElement",
-            dependencies: ["CGStreamer", "MatteEngine"],
+            dependencies: ["CGStreamer", "MatteEngine", "MattePixels"],
             path: "Sources/MatteElement",
             swiftSettings: [.unsafeFlags(["-O"])]
         ),
         // How well MotionCarry carries a stale alpha, and what the motion costs (tools/carry.py).
-        .executableTarget(name: "CarryBench", dependencies: ["MatteEngine"], path: "Sources/CarryBench"),
+        .executableTarget(name: "CarryBench", dependencies: ["MatteEngine", "MattePixels"], path: "Sources/CarryBench"),
         .target(
             name: "GstMatAnyonePlugin",
             dependencies: ["MatteElement", "CGStreamer"],
@@ -44,14 +49,16 @@ let package = Package(
         .systemLibrary(name: "CGstCheck", path: "Tests/CGstCheck", pkgConfig: "gstreamer-check-1.0"),
         // Where the test script puts models and frames: one place for both test targets.
         .target(name: "TestPaths", dependencies: ["MatteEngine"], path: "Tests/TestPaths"),
+        // Pixel logic alone: no runtime, no GStreamer.
+        .testTarget(name: "MattePixelsTests", dependencies: ["MattePixels"], path: "Tests/MattePixelsTests"),
         .testTarget(
             name: "MatteEngineTests",
-            dependencies: ["MatteEngine", "TestPaths"],
+            dependencies: ["MatteEngine", "MattePixels", "TestPaths"],
             path: "Tests/MatteEngineTests"
         ),
         .testTarget(
             name: "MatteElementTests",
-            dependencies: ["MatteElement", "CGStreamer", "CGstCheck", "TestPaths"],
+            dependencies: ["MatteElement", "MattePixels", "CGStreamer", "CGstCheck", "TestPaths"],
             path: "Tests/MatteElementTests"
         ),
     ]

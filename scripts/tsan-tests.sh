@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The element tests under ThreadSanitizer: the streaming, query and application threads all reach
-# the element, and every piece of state they share must be behind a lock. Own build folder
+# the element, and every piece of state they share must be behind a lock. The pixel tests too: the
+# compositor and the resampler slice their work over the cores. Own build folder
 # (.build/tsan), so the ordinary build is not invalidated. Exits non-zero on any report.
 #
 #   scripts/tsan-tests.sh [swift test --filter REGEX]
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-FILTER="${1:-MatteElementTests}"
+FILTER="${1:-MatteElementTests|MattePixelsTests}"
 # GLib's and ONNX Runtime's own threads are not instrumented: a report must involve our code.
 export TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0 suppressions=$ROOT/scripts/tsan.supp ${TSAN_OPTIONS:-}"
 # Not under TSan: the test that runs OpenVINO (precision=bf16). OpenVINO's TBB dlopens libtbbbind with

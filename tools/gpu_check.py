@@ -2,7 +2,7 @@
 each NVIDIA library it needs resolves (the libraries folder `scripts/setup.sh --gpu` fills, or the
 system), the NVIDIA driver's version and the CUDA version it supports against what the build needs,
 and the GPUs it sees. The element makes the same checks before it creates a GPU session
-(Sources/MatteEngine/GpuReadiness.swift); this is the readable version for a person.
+(Sources/MatteEngine/Runtime/GpuReadiness.swift); this is the readable version for a person.
 
     .venv/bin/python tools/gpu_check.py [--runtime DATA/onnxruntime-gpu/libonnxruntime.so.1] [--tensorrt]
 

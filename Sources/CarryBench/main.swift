@@ -1,5 +1,6 @@
 import Foundation
 import MatteEngine
+import MattePixels
 
 // How well a stale alpha is carried to a later frame by the element's motion (MotionCarry), and
 // what the motion costs. Driven by tools/carry.py, which decodes the clip, makes the alphas and the

@@ -1,5 +1,6 @@
 import Foundation
 import MatteEngine
+import MattePixels
 
 /// The constant-rate mode's inference side: a thread of its own makes the engine (models load here,
 /// not on the streaming thread, so that frames leave at once meanwhile) and warms it up at the

@@ -1,6 +1,7 @@
 import CGStreamer
 import Foundation
 import MatteEngine
+import MattePixels
 
 /// A frame waiting to leave in async mode: its buffer (our reference) and when it arrived.
 struct QueuedFrame {
@@ -157,7 +158,7 @@ extension MatteFilter {
                         (destination.bytes + y * destination.stride).update(from: matte.base + y * frame.width, count: frame.width)
                     }
                 case let .composite(format):
-                    state.compositor.composite(frame: frame, alpha: matte, output: destination.bytes,
+                    state.compositor.composite(frame: frame, alpha: matte.view, output: destination.bytes,
                                                outputStride: destination.stride, format: format,
                                                background: current.background, color: current.backgroundColor,
                                                foregroundEstimation: current.edgeColors == .estimated,

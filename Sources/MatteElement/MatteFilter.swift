@@ -1,6 +1,7 @@
 import CGStreamer
 import Foundation
 import MatteEngine
+import MattePixels
 
 /// What the source pad carries after negotiation.
 enum NegotiatedOutput: Equatable {
@@ -594,7 +595,7 @@ final class MatteFilter {
             let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
             try engine.matte(frame, into: alpha, report: &state.report)
             let compositeStart = monotonicMs()
-            state.compositor.composite(frame: frame, alpha: alpha, output: destination.bytes,
+            state.compositor.composite(frame: frame, alpha: alpha.view, output: destination.bytes,
                                        outputStride: destination.stride, format: format,
                                        background: current.background, color: current.backgroundColor,
                                        foregroundEstimation: current.edgeColors == .estimated,

@@ -1,4 +1,5 @@
 import MatteEngine
+import MattePixels
 
 /// A GEnum exposed as a property. The GEnum value is the case's position in `allCases`; `nick` is
 /// what gst-launch users type. Engine enums (execution provider, precision, engine choice) are
@@ -72,8 +73,7 @@ enum AlphaMode: String, PropertyEnum {
     }
 }
 
-enum BackgroundMode: String, PropertyEnum {
-    case none, color, blur
+extension BackgroundMode: PropertyEnum {
     static let typeName = "GstMatAnyoneBackground"
     var blurb: String {
         switch self {

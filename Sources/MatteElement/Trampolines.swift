@@ -1,6 +1,7 @@
 import CGStreamer
 import Foundation
 import MatteEngine
+import MattePixels
 
 // Every C callback, `Unmanaged` and pointer cast of the element lives in this file. The GType is
 // `GstMatAnyone`: a GstVideoFilter whose instance carries one pointer to a retained `MatteFilter`,

@@ -1,4 +1,5 @@
 import Foundation
+import MattePixels
 
 /// The engines the element can run.
 public enum EngineKind: String, CaseIterable, Sendable {

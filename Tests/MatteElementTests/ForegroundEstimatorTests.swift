@@ -3,6 +3,7 @@ import Testing
 @testable import MatteElement
 import MatteEngine
 import TestPaths
+@testable import MattePixels
 
 /// Composites without halos: the foreground estimate against synthetic ground truths built from real
 /// footage. A known foreground layer F and matte α are composited over an old background (what a camera
@@ -180,7 +181,7 @@ import TestPaths
         frame.withUnsafeBufferPointer { source in
             matte.withUnsafeMutableBufferPointer { plane in
                 compositor.composite(frame: BGRAImage(base: source.baseAddress!, width: width, height: height, stride: width * 4),
-                                     alpha: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width),
+                                     alpha: GrayView(base: plane.baseAddress!, width: width, height: height, stride: width),
                                      output: &out, outputStride: width * 4, format: format, background: background,
                                      color: color, foregroundEstimation: estimate)
             }
@@ -281,7 +282,7 @@ import TestPaths
             frame.withUnsafeBufferPointer { source in
                 matte.withUnsafeMutableBufferPointer { plane in
                     estimator.estimate(frame: BGRAImage(base: source.baseAddress!, width: width, height: height, stride: width * 4),
-                                       alpha: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width))
+                                       alpha: GrayView(base: plane.baseAddress!, width: width, height: height, stride: width))
                 }
             }
             for index in estimator.tiles.indices {
@@ -329,7 +330,7 @@ import TestPaths
                 frame.withUnsafeBufferPointer { source in
                     alpha.withUnsafeMutableBufferPointer { plane in
                         compositor.composite(frame: BGRAImage(base: source.baseAddress!, width: width, height: height, stride: stride),
-                                             alpha: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width),
+                                             alpha: GrayView(base: plane.baseAddress!, width: width, height: height, stride: width),
                                              output: &out, outputStride: stride, format: .bgra, background: background,
                                              color: Self.newColour, foregroundEstimation: true)
                     }
@@ -363,7 +364,7 @@ import TestPaths
                 pixels.withUnsafeBufferPointer { source in
                     matte.withUnsafeMutableBufferPointer { plane in
                         let frame = BGRAImage(base: source.baseAddress!, width: width, height: height, stride: width * 4)
-                        let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
+                        let alpha = GrayView(base: plane.baseAddress!, width: width, height: height, stride: width)
                         estimator.estimate(frame: frame, alpha: alpha)
                         for _ in 0..<50 {
                             let start = DispatchTime.now().uptimeNanoseconds, startCPU = Self.threadCPUNanoseconds()
@@ -397,7 +398,7 @@ import TestPaths
                                     let start = DispatchTime.now().uptimeNanoseconds
                                     compositor.composite(
                                         frame: BGRAImage(base: source.baseAddress!, width: width, height: height, stride: width * 4),
-                                        alpha: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width),
+                                        alpha: GrayView(base: plane.baseAddress!, width: width, height: height, stride: width),
                                         output: output.baseAddress!, outputStride: width * 4, format: .bgra,
                                         background: background, color: Self.newColour, foregroundEstimation: estimate)
                                     times.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6)

@@ -5,6 +5,7 @@ import Testing
 import MatteElement
 import MatteEngine
 import TestPaths
+import MattePixels
 
 /// A real engine made slow on purpose: the first frame of a track takes `seedMs` (as a MatAnyone2
 /// seed with its warm-up passes does on a slow CPU), every other frame `frameMs`. Counts the seeds,

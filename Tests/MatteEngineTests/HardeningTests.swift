@@ -2,70 +2,11 @@ import Foundation
 import Testing
 @testable import MatteEngine
 import TestPaths
+import MattePixels
 
 /// Extreme and hostile inputs to the engine: each must end in the documented error, never a trap,
 /// an abort or a hang.
 @Suite(.serialized) struct HardeningTests {
-    // MARK: Resampler weights
-
-    /// Every ratio, not a few cases: the fixed-point weights of each output sum to exactly 256 with
-    /// none negative (rounding each weight to nearest once overshot at 24–30× and trapped).
-    @Test func fixedPointWeightsSumTo256AtEveryRatio() {
-        var sizes = Array(1...200)
-        sizes += [255, 256, 257, 288, 511, 1080, 1919, 1920, 4320, 7680]
-        for source in sizes {
-            for output in [1, 2, 3, 5, 7, 16, 17, 31, 32, 100, 199, 288, 512] {
-                let taps = AxisTaps(source: source, output: output)
-                for o in 0..<output {
-                    var total = 0
-                    var floatTotal: Float = 0
-                    for t in 0..<taps.tapCount {
-                        total += Int(taps.fixedWeight[o * taps.tapCount + t])
-                        floatTotal += taps.weight[o * taps.tapCount + t]
-                        let index = taps.index[o * taps.tapCount + t]
-                        #expect(index >= 0 && index < source)
-                    }
-                    #expect(total == 256, "\(source) → \(output), output \(o): fixed weights sum to \(total)")
-                    #expect(abs(floatTotal - 1) < 5e-4)
-                }
-            }
-        }
-    }
-
-    @Test func largestRemainderKeepsWeightsNonNegative() {
-        // 30 taps of 1/30: rounding each to nearest gives 9 × 30 = 270 > 256 + 9.
-        let fixed = AxisTaps.fixedPoint([Float](repeating: 1.0 / 30, count: 30))
-        #expect(fixed.reduce(0) { $0 + Int($1) } == 256)
-        #expect(fixed.allSatisfy { $0 == 8 || $0 == 9 })
-        #expect(AxisTaps.fixedPoint([1]) == [256])
-        #expect(AxisTaps.fixedPoint([0.5, 0.5]) == [128, 128])
-    }
-
-    /// The ratios that trapped, end to end: a flat frame stays flat through the fixed-point passes.
-    @Test(arguments: [(7680, 4320, 256, 256), (1, 1, 288, 288), (2, 2, 288, 288), (3, 5, 288, 480),
-                      (1920, 1080, 32, 16), (4096, 2160, 1, 1), (288, 288, 1, 1)])
-    func extremeRatiosResampleAFlatFrameFlat(size: (Int, Int, Int, Int)) {
-        let (width, height, targetWidth, targetHeight) = size
-        let pixels = [UInt8](repeating: 200, count: width * height * 4)
-        var planes = [Float](repeating: -1, count: targetWidth * targetHeight * 3)
-        let down = Resampler(sourceWidth: width, sourceHeight: height, targetWidth: targetWidth, targetHeight: targetHeight)
-        pixels.withUnsafeBufferPointer { source in
-            down.bgraToRGB(BGRAImage(base: source.baseAddress!, width: width, height: height, stride: width * 4),
-                           into: &planes, pixelStep: 1, rowStride: targetWidth, planeStride: targetWidth * targetHeight)
-        }
-        #expect(planes.allSatisfy { abs($0 - 200.0 / 255) < 1e-3 })
-        let alpha = [Float](repeating: 0.5, count: targetWidth * targetHeight)
-        var out = [UInt8](repeating: 0, count: width * height)
-        let up = Resampler(sourceWidth: targetWidth, sourceHeight: targetHeight, targetWidth: width, targetHeight: height)
-        alpha.withUnsafeBufferPointer { source in
-            out.withUnsafeMutableBufferPointer { plane in
-                up.resample(source.baseAddress!, sourceStride: targetWidth,
-                            into: GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width))
-            }
-        }
-        #expect(out.allSatisfy { $0 == 127 || $0 == 128 })  // 0.5·255 = 127.5, within a level
-    }
-
     // MARK: Checked sizes
 
     @Test func sizeArithmeticRefusesOverflowAndNegatives() throws {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import MatteEngine
 import TestPaths
+import MattePixels
 
 /// The Swift engine against upstream PyTorch MatAnyone2 (fp32, autocast off) on the same frames,
 /// with the random-init model set that scripts/test.sh exports (the reference comes from

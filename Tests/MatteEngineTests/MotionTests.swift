@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import MatteEngine
 import TestPaths
+import MattePixels
 
 /// The motion estimate and the alpha carry, on a real frame moved by known amounts.
 @Suite("Motion") struct MotionTests {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import MatteEngine
 import TestPaths
+import MattePixels
 
 /// Several people (one memory bank each, one encoding per frame) and the quality watch (re-seed on
 /// drift, stop when the person leaves, pick them up again), on the test clip's real frames.

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import MatteEngine
 import TestPaths
+import MattePixels
 
 /// The segmenter engine on the real converted model and the real ONNX Runtime.
 struct SegmenterEngineTests {

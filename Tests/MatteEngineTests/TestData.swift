@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import MatteEngine
 import TestPaths
+import MattePixels
 
 /// Frames `scripts/test.sh` decoded (paths: TestPaths, shared with the element tests).
 extension TestPaths {

@@ -156,7 +156,7 @@ check "2,000 frames keep RSS flat" rss_flat
 # A broken tree must fail the test command and the plugin install, even with an earlier build's test
 # binary and .so still in place. The compile error is injected into the real tree (incremental
 # builds fail in seconds; a copy would rebuild from scratch) and removed again on any exit.
-VICTIM="$ROOT/Sources/MatteEngine/Sizes.swift" SAVED="$OUT/Sizes.swift.saved"
+VICTIM="$ROOT/Sources/MatteEngine/ModelSets/Sizes.swift" SAVED="$OUT/Sizes.swift.saved"
 restore_victim() { if [ -f "$SAVED" ]; then cp "$SAVED" "$VICTIM" && rm -f "$SAVED"; fi; }
 trap restore_victim EXIT
 broken_build_fails() {

@@ -1,4 +1,5 @@
 import Foundation
+import MattePixels
 
 /// Carries an alpha computed on an older frame to the frame that leaves now, along the picture's own
 /// motion since then. Every frame adds the motion from its predecessor (`add`); `carry` composes the

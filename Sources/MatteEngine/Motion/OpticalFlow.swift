@@ -1,4 +1,5 @@
 import Foundation
+import MattePixels
 
 /// Dense motion between two frames at a low resolution: coarse-to-fine Lucas–Kanade, solved per
 /// pixel over a small window at every pyramid level. Cheap by design (a few hundred thousand pixel
@@ -43,7 +44,7 @@ public struct LumaPlane {
         let norm = 1 / (Float(nx * ny) * 255 * 1024)
         values.withUnsafeMutableBufferPointer { out in
             let out = out.baseAddress!
-            Resampler.forEachSlice(of: height, slices: Resampler.slices(work: frame.width * frame.height)) { rows, _ in
+            Slices.forEach(of: height, slices: Slices.count(work: frame.width * frame.height)) { rows, _ in
                 for y in rows {
                     for x in 0..<width {
                         var sum = 0

@@ -1,4 +1,5 @@
 import Foundation
+import MattePixels
 
 /// How the tracker gets its first-frame mask.
 public enum SeedSource: Equatable, Sendable {
@@ -533,13 +534,9 @@ public final class MatAnyone2Engine: MattingEngine {
 
     /// An 8-bit mask → values in [0, 1] at another size (SeedMask.prepare quantises them once).
     static func resample(_ pixels: [UInt8], width: Int, height: Int, toWidth: Int, toHeight: Int) -> [Float] {
-        var source = pixels
         var floats = [Float](repeating: 0, count: toWidth * toHeight)
         let resampler = Resampler(sourceWidth: width, sourceHeight: height, targetWidth: toWidth, targetHeight: toHeight)
-        source.withUnsafeMutableBufferPointer { input in
-            resampler.resample(GrayImage(base: input.baseAddress!, width: width, height: height, stride: width),
-                               into: &floats, destinationStride: toWidth)
-        }
+        GrayView.of(pixels, width: width, height: height) { resampler.resample($0, into: &floats, destinationStride: toWidth) }
         return floats
     }
 }

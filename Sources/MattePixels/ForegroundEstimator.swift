@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import MatteEngine
+
 
 /// Foreground colours at the soft edge of a matte, so that a composite over a new background keeps no
 /// colour of the old one. A frame pixel is I = α·F + (1 − α)·B; blending the frame itself over a new
@@ -81,7 +81,7 @@ final class ForegroundEstimator {
         self.regularization = regularization
         self.gradientWeight = gradientWeight
         let cores = threads > 0 ? threads : min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 4)
-        // Several slices per core, taken as threads come free (see Resampler.slices).
+        // Several slices per core, taken as threads come free (see Slices.count).
         slices = cores > 1 ? 4 * cores : 1
         self.storedSweeps = storedSweeps
         self.coarseSweeps = coarseSweeps
@@ -95,7 +95,7 @@ final class ForegroundEstimator {
 
     /// Estimates the foreground colours of `frame` where `alpha` is soft, into `tiles` (read them with
     /// `foreground(ofTile:)`). Elsewhere the frame itself is the answer.
-    func estimate(frame: BGRAImage, alpha: GrayImage) {
+    func estimate(frame: BGRAImage, alpha: GrayView) {
         precondition(frame.width == alpha.width && frame.height == alpha.height)
         prepare(width: frame.width, height: frame.height)
         findSoftTiles(alpha)
@@ -106,7 +106,7 @@ final class ForegroundEstimator {
         let tileList = tiles, quarter = storedLevels[0]
         let tileBytes = tileSize * tileSize * 4
         let output = foregroundTiles
-        Resampler.forEachSlice(of: tileList.count, slices: slices) { range, slice in
+        Slices.forEach(of: tileList.count, slices: slices) { range, slice in
             let scratch = sliceScratch[slice]
             for index in range {
                 finishTile(tileList[index], frame: frame, alpha: alpha, quarter: quarter, scratch: scratch,
@@ -156,12 +156,12 @@ final class ForegroundEstimator {
     }
 
     /// Tiles whose matte has a value in `softAlpha`: the grid (tile rows in parallel), then the list.
-    private func findSoftTiles(_ alpha: GrayImage) {
+    private func findSoftTiles(_ alpha: GrayView) {
         let size = tileSize, width = self.width, height = self.height, columns = tileColumns
         let low = Self.softAlpha.lowerBound, span = Self.softAlpha.upperBound - low
         softTileGrid.withUnsafeMutableBufferPointer { grid in
             let grid = grid.baseAddress!
-            Resampler.forEachSlice(of: tileRows, slices: slices) { tileRows, _ in
+            Slices.forEach(of: tileRows, slices: slices) { tileRows, _ in
                 for tileY in tileRows {
                     let rows = (tileY * size)..<min((tileY + 1) * size, height)
                     for tileX in 0..<columns {
@@ -192,7 +192,7 @@ final class ForegroundEstimator {
 
     /// The stored levels' images and mattes: the eighth-size level sampled from the frame, the smaller
     /// ones averaged from it, and the quarter-size level sampled only where it will be swept.
-    private func buildStoredLevels(frame: BGRAImage, alpha: GrayImage, quarterDomain: [Segment]) {
+    private func buildStoredLevels(frame: BGRAImage, alpha: GrayView, quarterDomain: [Segment]) {
         let eighth = storedLevels[1]
         sample(frame: frame, alpha: alpha, into: eighth, scale: 8, segments: eighth.wholeRows)
         eighth.refreshBorder(planes: 0..<4)
@@ -206,12 +206,12 @@ final class ForegroundEstimator {
     /// Image and matte of `level` on `segments`, each of its pixels the mean of the middle two rows of
     /// a `scale`×`scale` block of the frame (edges clamped). Reading the frame is what this costs
     /// (memory bound), and these levels only start the finer ones: two rows of each block suffice.
-    private func sample(frame: BGRAImage, alpha: GrayImage, into level: StoredLevel, scale: Int, segments: [Segment]) {
+    private func sample(frame: BGRAImage, alpha: GrayView, into level: StoredLevel, scale: Int, segments: [Segment]) {
         let planes = level.planes
         let width = self.width, height = self.height
         let sums = rowSums
         let toFloat = 1 / Float(2 * scale)
-        Resampler.forEachSlice(of: segments.count, slices: segments.count > 64 ? slices : 1) { range, slice in
+        Slices.forEach(of: segments.count, slices: segments.count > 64 ? slices : 1) { range, slice in
             let colourSums = sums[slice], alphaSums = sums[slice] + width * 4
             for segment in segments[range] {
                 let top = min(segment.y * scale + scale / 2 - 1, height - 1)
@@ -278,7 +278,7 @@ final class ForegroundEstimator {
             let slices = pixels >= 16_384 ? self.slices : 1
             for _ in 0..<sweeps {
                 let source = level.solution, planes = level.planes
-                Resampler.forEachSlice(of: sweepSegments.count, slices: slices) { range, _ in
+                Slices.forEach(of: sweepSegments.count, slices: slices) { range, _ in
                     for segment in sweepSegments[range] {
                         ForegroundEstimator.relax(planes, from: source, row: segment.y + 1,
                                                   columns: (segment.columns.lowerBound + 1)..<(segment.columns.upperBound + 1),
@@ -346,7 +346,7 @@ final class ForegroundEstimator {
     /// (a Jacobi step from that start, the neighbours' smooth values taken at the pixel itself). Measured
     /// on the ground truths of the tests it matches a full sweep at the half-size and full-size levels,
     /// at a quarter of the work.
-    private func finishTile(_ tile: Tile, frame: BGRAImage, alpha: GrayImage, quarter: StoredLevel,
+    private func finishTile(_ tile: Tile, frame: BGRAImage, alpha: GrayView, quarter: StoredLevel,
                             scratch: TileScratch, output: UnsafeMutablePointer<UInt8>) {
         let size = tileSize, width = self.width, height = self.height
         let quarterPlanes = quarter.planes.solutionPlanes(quarter.solution)

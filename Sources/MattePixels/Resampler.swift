@@ -1,36 +1,8 @@
 import Foundation
 
-/// Image views and the separable resampling used on both sides of the models: the frame down to the
+/// The separable resampling used on both sides of the models: the frame down to the
 /// model's input, the model's alpha up to the frame. Downscaling averages the covered source area
 /// (like OpenCV's INTER_AREA, no aliasing on 1080p → 256); upscaling is bilinear on pixel centres.
-
-/// A borrowed BGRA frame (rows may be padded: `stride` ≥ 4·width).
-public struct BGRAImage {
-    public let base: UnsafePointer<UInt8>
-    public let width: Int
-    public let height: Int
-    public let stride: Int
-    public init(base: UnsafePointer<UInt8>, width: Int, height: Int, stride: Int) {
-        self.base = base
-        self.width = width
-        self.height = height
-        self.stride = stride
-    }
-}
-
-/// A borrowed 8-bit single-channel plane.
-public struct GrayImage {
-    public let base: UnsafeMutablePointer<UInt8>
-    public let width: Int
-    public let height: Int
-    public let stride: Int
-    public init(base: UnsafeMutablePointer<UInt8>, width: Int, height: Int, stride: Int) {
-        self.base = base
-        self.width = width
-        self.height = height
-        self.stride = stride
-    }
-}
 
 /// For one axis: for each output index, `tapCount` (source index, weight) pairs. Owned buffers,
 /// built once per size, so the per-frame loops read them without borrowing an array each time.
@@ -168,12 +140,12 @@ public final class Resampler {
         let chunks = (rowBytes + 15) / 16, fullChunks = rowBytes / 16
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
         let outputScale = scale / 256
-        let slices = Resampler.slices(work: sourceWidth * sourceHeight)
+        let slices = Slices.count(work: sourceWidth * sourceHeight)
         if byteRows.count != chunks * slices { byteRows = [SIMD16<UInt16>](repeating: .zero, count: chunks * slices) }
         let hIndex = horizontal.index, hWeight = horizontal.weight
         let vIndex = vertical.index, vWeight = vertical.fixedWeight
         byteRows.withUnsafeMutableBufferPointer { accumulators in
-            Resampler.forEachSlice(of: targetHeight, slices: slices) { rows, slice in
+            Slices.forEach(of: targetHeight, slices: slices) { rows, slice in
                 let acc = accumulators.baseAddress! + slice * chunks
                 for y in rows {
                     acc.update(repeating: .zero, count: chunks)
@@ -215,29 +187,6 @@ public final class Resampler {
         }
     }
 
-    /// How many slices a pass over `work` pixels is cut into: one for small frames (a 256² frame takes
-    /// microseconds), four per core (up to four cores) for large ones. More slices than cores, taken
-    /// as threads come free: in a pipeline the decoder often holds a core, and an even split would
-    /// wait for the slice that lost it.
-    public static func slices(work: Int) -> Int {
-        let cores = min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 4)
-        return work >= 500_000 && cores > 1 ? 4 * cores : 1
-    }
-
-    /// Runs `body` over `slices` contiguous slices of 0..<count (with the slice's index, for its
-    /// scratch), concurrently when there are several; never with an empty slice.
-    public static func forEachSlice(of count: Int, slices: Int, _ body: (Range<Int>, Int) -> Void) {
-        guard slices > 1, count > 1 else {
-            if count > 0 { body(0..<count, 0) }
-            return
-        }
-        let step = (count + slices - 1) / slices
-        DispatchQueue.concurrentPerform(iterations: slices) { slice in
-            let rows = min(slice * step, count)..<min((slice + 1) * step, count)
-            if !rows.isEmpty { body(rows, slice) }
-        }
-    }
-
     /// A float plane (`sourceStride` floats per row) → another float plane.
     public func resample(_ source: UnsafePointer<Float>, sourceStride: Int,
                          into destination: UnsafeMutablePointer<Float>, destinationStride: Int) {
@@ -257,14 +206,14 @@ public final class Resampler {
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
         let slots = vTaps + 1  // see HeldRows
         let rowBytes = (width + 15) / 16 * 16
-        let slices = Resampler.slices(work: targetWidth * targetHeight)
+        let slices = Slices.count(work: targetWidth * targetHeight)
         if byteRing.count != slots * rowBytes * slices { byteRing = [UInt8](repeating: 0, count: slots * rowBytes * slices) }
         if widenedRow.count != width * slices { widenedRow = [Float](repeating: 0, count: width * slices) }
         let hIndex = horizontal.index, hWeight = horizontal.weight
         let vIndex = vertical.index, vWeight = vertical.fixedWeight
         byteRing.withUnsafeMutableBufferPointer { ringBuffer in
         widenedRow.withUnsafeMutableBufferPointer { scratchBuffer in
-            Resampler.forEachSlice(of: targetHeight, slices: slices) { targetRows, slice in
+            Slices.forEach(of: targetHeight, slices: slices) { targetRows, slice in
                 let ring = ringBuffer.baseAddress! + slice * slots * rowBytes
                 let widened = scratchBuffer.baseAddress! + slice * width
                 var held = HeldRows(slots: slots)
@@ -342,7 +291,7 @@ public final class Resampler {
     }
 
     /// An 8-bit plane → a float plane in [0, 1].
-    public func resample(_ source: GrayImage, into destination: UnsafeMutablePointer<Float>, destinationStride: Int) {
+    public func resample(_ source: GrayView, into destination: UnsafeMutablePointer<Float>, destinationStride: Int) {
         var converted = [Float](repeating: 0, count: sourceWidth * sourceHeight)
         for y in 0..<sourceHeight {
             for x in 0..<sourceWidth {
@@ -362,13 +311,13 @@ public final class Resampler {
         let width = targetWidth, blocks = targetWidth / 8
         let hTaps = horizontal.tapCount, vTaps = vertical.tapCount
         let slots = vTaps + 1  // see HeldRows
-        let slices = Resampler.slices(work: targetWidth * targetHeight)
+        let slices = Slices.count(work: targetWidth * targetHeight)
         let perSlice = (slots + 1) * width  // the ring, then the output row
         if expanded.count != perSlice * slices { expanded = [Float](repeating: 0, count: perSlice * slices) }
         let hIndex = horizontal.index, hWeight = horizontal.weight
         let vIndex = vertical.index, vWeight = vertical.weight
         expanded.withUnsafeMutableBufferPointer { buffer in
-            Resampler.forEachSlice(of: targetHeight, slices: slices) { targetRows, slice in
+            Slices.forEach(of: targetHeight, slices: slices) { targetRows, slice in
                 let ring = buffer.baseAddress! + slice * perSlice
                 let acc = ring + slots * width
                 var held = HeldRows(slots: slots)

@@ -1,12 +1,16 @@
-import MatteEngine
-
 /// Pixel order of the composite output.
-enum CompositeFormat {
+public enum CompositeFormat: Sendable {
     case bgra, rgba
 }
 
+/// What the composite lies over: nothing (the matte becomes the alpha channel), a colour, or a
+/// blurred copy of the frame.
+public enum BackgroundMode: String, CaseIterable, Sendable {
+    case none, color, blur
+}
+
 /// Turns a BGRA frame and its alpha plane into the composite output. Pure pixel logic, reused buffers.
-struct Compositor {
+public struct Compositor {
     private var blurred: [UInt8] = []
     private var scratch: [UInt16] = []
     private var estimator: ForegroundEstimator?
@@ -15,7 +19,9 @@ struct Compositor {
     /// at the matte's soft edge take their estimated foreground colour instead of the frame's, which
     /// still holds the old background there (see ForegroundEstimator): over a colour or the blur no
     /// halo of it remains, and the straight-alpha output carries clean colours.
-    mutating func composite(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
+    public init() {}
+
+    public mutating func composite(frame: BGRAImage, alpha: GrayView, output: UnsafeMutablePointer<UInt8>,
                             outputStride: Int, format: CompositeFormat, background: BackgroundMode,
                             color: UInt32, foregroundEstimation: Bool = false, premultiplied: Bool = false) {
         defer {
@@ -61,7 +67,7 @@ struct Compositor {
     }
 
     /// The estimate for this frame, by an estimator kept across frames (its buffers are reused).
-    private mutating func estimateForeground(frame: BGRAImage, alpha: GrayImage) -> ForegroundEstimator {
+    private mutating func estimateForeground(frame: BGRAImage, alpha: GrayView) -> ForegroundEstimator {
         let estimator = self.estimator ?? ForegroundEstimator()
         self.estimator = estimator
         estimator.estimate(frame: frame, alpha: alpha)
@@ -70,13 +76,13 @@ struct Compositor {
 
     /// Calls `body` with each soft tile's estimated colours, its matte, where its output starts, and its
     /// position in the frame; nothing without an estimate.
-    private static func forEachSoftTile(of estimator: ForegroundEstimator?, alpha: GrayImage,
+    private static func forEachSoftTile(of estimator: ForegroundEstimator?, alpha: GrayView,
                                         output: UnsafeMutablePointer<UInt8>, outputStride: Int,
-                                        _ body: (BGRAImage, GrayImage, UnsafeMutablePointer<UInt8>, Int, Int) -> Void) {
+                                        _ body: (BGRAImage, GrayView, UnsafeMutablePointer<UInt8>, Int, Int) -> Void) {
         guard let estimator else { return }
         for index in estimator.tiles.indices {
             let tile = estimator.tiles[index]
-            let matte = GrayImage(base: alpha.base + tile.y * alpha.stride + tile.x, width: tile.width,
+            let matte = GrayView(base: alpha.base + tile.y * alpha.stride + tile.x, width: tile.width,
                                   height: tile.height, stride: alpha.stride)
             body(estimator.foreground(ofTile: index), matte, output + tile.y * outputStride + 4 * tile.x, tile.x, tile.y)
         }
@@ -103,7 +109,7 @@ struct Compositor {
     }
 
     /// `mix` for four BGRA pixels at once, in 16-bit lanes (s·a + b·(255 − a) + 127 ≤ 65152 fits;
-    /// x / 255 = (x + 1 + x >> 8) >> 8 exactly for x ≤ 65152, see PixelLogicTests): the whole-row
+    /// x / 255 = (x + 1 + x >> 8) >> 8 exactly for x ≤ 65152, see CompositorTests): the whole-row
     /// composites over a colour or an image, where the scalar loop's byte stores are the cost.
     /// `under`: four BGRA pixels of what lies beneath. Output alpha 255, R and B swapped for RGBA.
     @inline(__always) private static func mixFour(_ source: UnsafePointer<UInt8>, over under: SIMD16<UInt16>,
@@ -122,7 +128,7 @@ struct Compositor {
     }
 
     /// The frame with alpha = matte (straight alpha).
-    static func attachAlpha(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
+    static func attachAlpha(frame: BGRAImage, alpha: GrayView, output: UnsafeMutablePointer<UInt8>,
                             outputStride: Int, format: CompositeFormat, softOnly: Bool = false) {
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
         for y in 0..<frame.height {
@@ -163,7 +169,7 @@ struct Compositor {
     /// Multiplies each pixel's colour by its alpha in place, rounded exactly: round(c × a / 255), as
     /// (x + 128 + ((x + 128) >> 8)) >> 8 with x = c × a. Four pixels at a time in 16-bit lanes.
     static func premultiply(_ pixels: UnsafeMutablePointer<UInt8>, stride: Int, width: Int, height: Int) {
-        Resampler.forEachSlice(of: height, slices: Resampler.slices(work: width * height)) { rows, _ in
+        Slices.forEach(of: height, slices: Slices.count(work: width * height)) { rows, _ in
             for y in rows {
                 let row = pixels + y * stride
                 var x = 0
@@ -192,7 +198,7 @@ struct Compositor {
     }
 
     /// The frame flattened over an ARGB colour; the result's alpha is that of "frame over colour".
-    static func flattenOverColor(frame: BGRAImage, alpha: GrayImage, output: UnsafeMutablePointer<UInt8>,
+    static func flattenOverColor(frame: BGRAImage, alpha: GrayView, output: UnsafeMutablePointer<UInt8>,
                                  outputStride: Int, format: CompositeFormat, color: UInt32, softOnly: Bool = false) {
         let backgroundAlpha = Int((color >> 24) & 0xFF)
         let backgroundRGB = (Int((color >> 16) & 0xFF), Int((color >> 8) & 0xFF), Int(color & 0xFF))
@@ -252,7 +258,7 @@ struct Compositor {
     }
 
     /// The frame over an opaque BGRA image of the same size.
-    static func flatten(frame: BGRAImage, over under: BGRAImage, alpha: GrayImage,
+    static func flatten(frame: BGRAImage, over under: BGRAImage, alpha: GrayView,
                         output: UnsafeMutablePointer<UInt8>, outputStride: Int, format: CompositeFormat,
                         softOnly: Bool = false) {
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
@@ -318,7 +324,7 @@ struct Compositor {
     /// independent: slices of them run concurrently.
     private static func horizontalBox(from source: UnsafePointer<UInt8>, stride: Int, to destination: UnsafeMutablePointer<UInt16>,
                                       width: Int, height: Int, radius: Int, means: UnsafePointer<UInt8>) {
-        Resampler.forEachSlice(of: height, slices: Resampler.slices(work: width * height)) { rows, _ in
+        Slices.forEach(of: height, slices: Slices.count(work: width * height)) { rows, _ in
             for y in rows {
                 let row = source + y * stride
                 let out = destination + y * width * 4
@@ -350,7 +356,7 @@ struct Compositor {
                                     sums: UnsafeMutablePointer<Int32>, width: Int, height: Int, radius: Int,
                                     means: UnsafePointer<UInt8>) {
         let rowLength = width * 4
-        Resampler.forEachSlice(of: width, slices: Resampler.slices(work: width * height)) { pixels, _ in
+        Slices.forEach(of: width, slices: Slices.count(work: width * height)) { pixels, _ in
             let columns = (4 * pixels.lowerBound)..<(4 * pixels.upperBound)
             for x in columns { sums[x] = 0 }
             for i in -radius...radius {

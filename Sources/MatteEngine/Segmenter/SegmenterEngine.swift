@@ -1,3 +1,5 @@
+import MattePixels
+
 /// Per-frame person segmentation with the MediaPipe selfie segmentation model (Apache-2.0), converted
 /// to ONNX by `tools/selfie/convert.py`. The frame is resampled to the model's square input (stretched,
 /// not letterboxed, so the alpha maps back onto the whole frame) and the probability is resampled back.

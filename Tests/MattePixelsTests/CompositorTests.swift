@@ -1,9 +1,8 @@
 import Testing
-@testable import MatteElement
-import MatteEngine
+@testable import MattePixels
 
-/// Compositing and latency bookkeeping: pure logic.
-struct PixelLogicTests {
+/// Compositing: pure pixel logic.
+struct CompositorTests {
     private func image(_ pixels: [UInt8], width: Int) -> ([UInt8], Int) { (pixels, width) }
 
     @Test func attachAlphaKeepsColoursAndSwapsForRGBA() {
@@ -13,7 +12,7 @@ struct PixelLogicTests {
         frame.withUnsafeBufferPointer { source in
             matte.withUnsafeMutableBufferPointer { alpha in
                 let view = BGRAImage(base: source.baseAddress!, width: 2, height: 1, stride: 8)
-                let plane = GrayImage(base: alpha.baseAddress!, width: 2, height: 1, stride: 2)
+                let plane = GrayView(base: alpha.baseAddress!, width: 2, height: 1, stride: 2)
                 Compositor.attachAlpha(frame: view, alpha: plane, output: &bgra, outputStride: 8, format: .bgra)
                 Compositor.attachAlpha(frame: view, alpha: plane, output: &rgba, outputStride: 8, format: .rgba)
             }
@@ -59,7 +58,7 @@ struct PixelLogicTests {
         frame.withUnsafeBufferPointer { source in
             matte.withUnsafeMutableBufferPointer { alpha in
                 let view = BGRAImage(base: source.baseAddress!, width: 3, height: 1, stride: 12)
-                let plane = GrayImage(base: alpha.baseAddress!, width: 3, height: 1, stride: 3)
+                let plane = GrayView(base: alpha.baseAddress!, width: 3, height: 1, stride: 3)
                 // Opaque green background.
                 Compositor.flattenOverColor(frame: view, alpha: plane, output: &out, outputStride: 12, format: .bgra,
                                             color: 0xFF00_FF00)
@@ -93,7 +92,7 @@ struct PixelLogicTests {
             frame.withUnsafeBufferPointer { source in
                 matte.withUnsafeMutableBufferPointer { alpha in
                     Compositor.flattenOverColor(frame: BGRAImage(base: source.baseAddress!, width: size, height: size, stride: size * 4),
-                                                alpha: GrayImage(base: alpha.baseAddress!, width: size, height: size, stride: size),
+                                                alpha: GrayView(base: alpha.baseAddress!, width: size, height: size, stride: size),
                                                 output: &out, outputStride: size * 4, format: .bgra, color: color)
                 }
             }
@@ -131,7 +130,7 @@ struct PixelLogicTests {
                     under.withUnsafeBufferPointer { u in
                         matte.withUnsafeBufferPointer { m in
                             let image = BGRAImage(base: f.baseAddress!, width: width, height: height, stride: width * 4)
-                            let plane = GrayImage(base: UnsafeMutablePointer(mutating: m.baseAddress!), width: width, height: height, stride: width)
+                            let plane = GrayView(base: UnsafeMutablePointer(mutating: m.baseAddress!), width: width, height: height, stride: width)
                             Compositor.attachAlpha(frame: image, alpha: plane, output: &attached, outputStride: width * 4,
                                                    format: format, softOnly: softOnly)
                             Compositor.flattenOverColor(frame: image, alpha: plane, output: &overColor, outputStride: width * 4,
@@ -165,38 +164,5 @@ struct PixelLogicTests {
     /// The 16-bit division the vector path uses, x / 255 = (x + 1 + x >> 8) >> 8, for every x it meets.
     @Test func divisionBy255InSixteenBitsIsExactForEveryBlend() {
         #expect((0...(255 * 255 + 127)).allSatisfy { x in (x + 1 + (x >> 8)) >> 8 == x / 255 && x + 1 + (x >> 8) < 65536 })
-    }
-
-    @Test func latencyTrackerReportsAHighPercentileAndDetectsDrift() {
-        var tracker = LatencyTracker(window: 16)
-        #expect(tracker.answer(fallbackMs: 12) == 12)
-        for _ in 0..<15 {
-            let drifted = tracker.add(10)
-            #expect(!drifted)
-        }
-        #expect(tracker.currentMs == 10)
-        _ = tracker.answer(fallbackMs: 0)
-        #expect(tracker.reportedMs == 10)
-        // One slow frame in sixteen: the 95th percentile moves to it.
-        let drifted = tracker.add(40)
-        #expect(drifted)
-        #expect(tracker.currentMs == 40)
-        _ = tracker.answer(fallbackMs: 0)
-        // Back to steady 10 ms: once the slow frame leaves the window, drift is reported again.
-        var reported = false
-        for _ in 0..<16 { reported = tracker.add(10) || reported }
-        #expect(reported)
-    }
-
-    /// One LATENCY message until the pipeline asks again: not one per frame while the drift lasts.
-    @Test func latencyTrackerTellsOnceUntilAnswered() {
-        var tracker = LatencyTracker(window: 16)
-        for _ in 0..<16 { _ = tracker.add(10) }
-        _ = tracker.answer(fallbackMs: 0)
-        let told = (0..<100).filter { _ in tracker.add(50) }.count
-        #expect(told == 1)
-        _ = tracker.answer(fallbackMs: 0)
-        #expect(tracker.reportedMs == 50)
-        #expect((0..<16).contains { _ in tracker.add(5) }, "a new drift after the answer is told again")
     }
 }
