@@ -111,7 +111,7 @@ if options.timing {
     // A carry as the element makes one a frame: the composed motion already there (followed), the
     // warp at the carry size and the upsample to the frame.
     var plane = [UInt8](repeating: 128, count: w * h)
-    let small = plane.withUnsafeMutableBufferPointer { carry.carrySized(GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w)) }
+    let small = plane.withUnsafeMutableBufferPointer { carry.carrySized(GrayView(base: $0.baseAddress!, width: w, height: h, stride: w)) }
     let last = UInt64(2 * frames.count + frames.count - 1)
     var carryTimes: [Double] = []
     for _ in 0..<20 {
@@ -143,7 +143,7 @@ for t in 0..<count {
     frames[t].withUnsafeBufferPointer { carry.add(BGRAImage(base: $0.baseAddress!, width: w, height: h, stride: w * 4), pts: UInt64(t)) }
     if t > 0 { times.append(carry.lastMotionMs) }
     var alpha = alphas[t]
-    small.append(alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w)) })
+    small.append(alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayView(base: $0.baseAddress!, width: w, height: h, stride: w)) })
     for k in options.ks where t >= k {
         let carryStart = monotonicMs()
         guard let carried = out.withUnsafeMutableBufferPointer({

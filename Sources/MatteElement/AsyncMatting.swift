@@ -187,6 +187,26 @@ final class AsyncMatting {
     /// and the runtime's threads, made while the models load on this thread, inherit it.)
     static let inferenceNice: Int32 = 10
 
+    /// The alpha of `frame` (its plane, or the error the engine threw).
+    private func matte(_ frame: Frame, engine: MattingEngine, report: inout FrameReport) -> ([UInt8], Error?) {
+        var plane = [UInt8](repeating: 0, count: frame.width * frame.height)
+        do {
+            report.clear()
+            try frame.pixels.withUnsafeBufferPointer { pixels in
+                try plane.withUnsafeMutableBufferPointer { alpha in
+                    try engine.matte(BGRAImage(base: pixels.baseAddress!, width: frame.width, height: frame.height,
+                                               stride: frame.width * 4),
+                                     into: GrayImage(base: alpha.baseAddress!, width: frame.width, height: frame.height,
+                                                     stride: frame.width),
+                                     report: &report)
+                }
+            }
+            return (plane, nil)
+        } catch {
+            return (plane, error)
+        }
+    }
+
     private func work() {
         // (Raising one's own nice needs no privilege; where it fails, inference keeps the default.)
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, AsyncMatting.inferenceNice)
@@ -219,23 +239,8 @@ final class AsyncMatting {
                 }
             }
             guard let frame else { continue }
-            var plane = [UInt8](repeating: 0, count: frame.width * frame.height)
             let start = monotonicMs()
-            var error: Error?
-            do {
-                report.clear()
-                try frame.pixels.withUnsafeBufferPointer { pixels in
-                    try plane.withUnsafeMutableBufferPointer { alpha in
-                        try engine.matte(BGRAImage(base: pixels.baseAddress!, width: frame.width, height: frame.height,
-                                                   stride: frame.width * 4),
-                                         into: GrayImage(base: alpha.baseAddress!, width: frame.width, height: frame.height,
-                                                         stride: frame.width),
-                                         report: &report)
-                    }
-                }
-            } catch let failed {
-                error = failed
-            }
+            let (plane, error) = matte(frame, engine: engine, report: &report)
             let end = monotonicMs()
             if error == nil, !report.events.isEmpty { onTrackEvents?(report.events, frame.pts) }
             condition.lock()

@@ -15,7 +15,12 @@ enum MaskLoader {
         }
     }
 
+    /// A seam for in-process tests: run on the thread that loads the mask at a path, before it is
+    /// read. The plugin never sets one.
+    static let beforeLoading = Locked<[String: () -> Void]>([:])
+
     static func load(_ path: String) throws -> Mask {
+        if let hook = beforeLoading.withLock({ $0[path] }) { hook() }
         try SeedImage.check(path)
         let escaped = path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         let description = "filesrc location=\"\(escaped)\" ! decodebin ! videoconvert ! video/x-raw,format=GRAY8 "

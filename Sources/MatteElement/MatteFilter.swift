@@ -3,89 +3,6 @@ import Foundation
 import MatteEngine
 import MattePixels
 
-/// What the source pad carries after negotiation.
-enum NegotiatedOutput: Equatable {
-    case alpha
-    case composite(CompositeFormat)
-}
-
-/// A value behind a lock (the gst-plugins-rs `Mutex<…>` pattern). Our own lock, not GStreamer's: the
-/// streaming, query and application threads all reach the element, and ThreadSanitizer sees this one.
-final class Locked<Value> {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-
-    /// The value, leaving nil behind (a request taken by the thread that acts on it).
-    func take<Wrapped>() -> Value where Value == Wrapped? {
-        withLock { value in
-            defer { value = nil }
-            return value
-        }
-    }
-}
-
-/// Per-stream state: created in `start`, completed in `setInfo` for the negotiated caps, dropped in
-/// `stop`. Only reached under `MatteFilter.stream`'s lock.
-final class StreamState {
-    let engines: EngineSlot
-    /// The engine, nil while the inference thread of async mode is still making it.
-    var engine: MattingEngine? { engines.loaded }
-    var report: FrameReport
-    var framesSubmitted: UInt = 0
-    var framesProcessed: UInt = 0
-    /// The buffers seen so far, for the gap rule.
-    var gaps = GapRule()
-    // Negotiated (setInfo).
-    var output = NegotiatedOutput.alpha
-    var size: (width: Int, height: Int)?
-    // mode=async: the inference thread (which then owns the engine) and the frames waiting to leave.
-    var async: AsyncMatting?
-    var queue: [QueuedFrame] = []
-    var asyncDelayMs = 0.0
-    var asyncFailed = false
-    /// async: the alpha of frames that leave before the first alpha exists (`no-person-alpha`).
-    var noAlphaPlane: [UInt8] = []
-    /// async, alignment=motion: the motion of the frames submitted, the newest alpha used at the carry
-    /// size (made once per alpha), the plane a carried alpha is written to, and the motion's cost on
-    /// the newest frame (ms).
-    var carry: MotionCarry?
-    var carrySource: (pts: UInt64, plane: [Float])?
-    var carriedPlane: [UInt8] = []
-    var motionMs = 0.0
-
-    /// Resets the engine's track, through the inference thread when it owns the engine.
-    func resetEngine() {
-        if let async { async.reset() } else { engine?.reset() }
-    }
-
-    /// Resets the track and forgets the buffers seen (a new stream, a seek, new caps).
-    func resetTrack() {
-        resetEngine()
-        gaps.forget()
-        forgetMotion()
-    }
-
-    /// Forgets the motion and the alpha it carries (a new track, a flush).
-    func forgetMotion() {
-        carry?.reset()
-        carrySource = nil
-    }
-    var alphaPlane: [UInt8] = []
-    var compositor = Compositor()
-
-    init(engines: EngineSlot) {
-        self.engines = engines
-        report = FrameReport(modelCount: engines.loaded?.modelNames.count ?? 0)
-    }
-}
-
 /// What the LATENCY query reads from the query thread while frames run: kept apart from the stream
 /// state so that a query never waits for a frame in progress.
 struct LatencyState {
@@ -106,6 +23,33 @@ enum Post {
     case trackEvent(TrackEvent, pts: GstClockTime)
 }
 
+/// A serialized event on the sink pad, as the element reads it (parsed in Trampolines.swift).
+enum SinkEvent {
+    case flushStop, endOfStream, caps, streamStart
+    case segment(GstSegment)
+    /// `matanyone-reseed`, with its optional `mask` path.
+    case reseed(maskPath: String?)
+    case other
+}
+
+/// An event on the source pad (from downstream), as the element reads it.
+enum SourceEvent {
+    /// The latency the pipeline configured its sinks with (ns).
+    case latency(UInt64)
+    case qos
+    case reseed(maskPath: String?)
+    case other
+}
+
+extension GstSegment {
+    /// Whether two segments describe the same timeline: `position`, which the base class advances
+    /// with every buffer, and `duration` do not count.
+    func sameTimeline(as other: GstSegment) -> Bool {
+        format == other.format && flags == other.flags && rate == other.rate && applied_rate == other.applied_rate
+            && base == other.base && offset == other.offset && start == other.start && stop == other.stop && time == other.time
+    }
+}
+
 /// The element's behaviour. One instance per `GstMatAnyone`, owned by it (see Trampolines.swift).
 final class MatteFilter {
     let handle: ElementHandle
@@ -117,6 +61,9 @@ final class MatteFilter {
     let pendingReseed = Locked<SeedSource??>(nil)
     /// A seed mask set while playing: used from the next (re)seed on.
     let pendingSeed = Locked<SeedSource?>(nil)
+    /// Reseed requests made so far (see `requestReseed`); `stop` counts as one, so that a mask still
+    /// loading then is not used by the next run.
+    private let reseedRequests = Locked(0)
     /// Caps whose set-up failed and was reported: base transform retries them on every buffer, and
     /// the same error must reach the bus once, not once a buffer.
     private let refusedCaps = Locked<String?>(nil)
@@ -194,7 +141,7 @@ final class MatteFilter {
                 return false
             }
         }
-        stream.withLock { $0 = StreamState(engines: engines) }
+        stream.withLock { $0 = StreamState(engines: engines, mode: current.mode) }
         refusedCaps.withLock { $0 = nil }
         liveTiming.withLock { $0 = LiveTiming() }
         latency.withLock { $0 = LatencyState() }
@@ -204,7 +151,8 @@ final class MatteFilter {
 
     func stop() -> Bool {
         let state = stream.take()
-        state?.async?.stop()  // outside the lock: the thread may be finishing a frame
+        state?.asyncPath?.stopMatting()  // outside the lock: the thread may be finishing a frame
+        reseedRequests.withLock { $0 += 1 }
         pendingReseed.withLock { $0 = nil }
         pendingSeed.withLock { $0 = nil }
         return true
@@ -275,18 +223,35 @@ final class MatteFilter {
     }
 
     /// Asks for a reseed on the next frame (the `reseed` action signal and the `matanyone-reseed`
-    /// event); `maskPath` optionally names a new mask. Any thread.
+    /// event); `maskPath` optionally names a new mask. Any thread. A mask is decoded on a worker
+    /// thread, not on the caller's (a serialized event must not hold the stream while an image
+    /// decodes): the reseed then happens on the first frame after it loaded. Requests count in the
+    /// order they were made: a mask that finishes loading after a newer request is not used.
     func requestReseed(maskPath: String?) {
-        var source: SeedSource?
-        if let maskPath {
+        DebugLog.log(GST_LEVEL_INFO, handle, "reseed requested" + (maskPath.map { " with mask \($0)" } ?? ""))
+        let ticket = reseedRequests.withLock { count -> Int in
+            count += 1
+            if maskPath == nil { pendingReseed.withLock { $0 = .some(nil) } }
+            return count
+        }
+        guard let maskPath else { return }
+        let settings = snapshot()
+        handle.retain()  // (the element outlives the load: the load may post a warning on it)
+        DispatchQueue.global(qos: .userInitiated).async { [self] in
+            defer { handle.release() }
+            var source: SeedSource?
             do {
-                source = try seedSource(snapshot(), maskPath: maskPath)
+                source = try seedSource(settings, maskPath: maskPath)
             } catch {
                 ErrorMapping.postWarning("reseed ignored the mask: \(error)", on: handle)
             }
+            let newest = reseedRequests.withLock { count -> Bool in
+                guard count == ticket else { return false }
+                pendingReseed.withLock { $0 = .some(source) }
+                return true
+            }
+            if !newest { DebugLog.log(GST_LEVEL_DEBUG, handle, "mask \(maskPath) loaded after a newer reseed request: not used") }
         }
-        DebugLog.log(GST_LEVEL_INFO, handle, "reseed requested" + (maskPath.map { " with mask \($0)" } ?? ""))
-        pendingReseed.withLock { $0 = .some(source) }
     }
 
     // MARK: Negotiation
@@ -335,16 +300,10 @@ final class MatteFilter {
         return combined
     }
 
+    /// New caps on both pads (set_caps). Caps of the same size (another framerate, output format or
+    /// colorimetry) keep the track; another size starts it over (`startSize`).
     func setInfo(input: UnsafeMutablePointer<GstVideoInfo>, output outputInfo: UnsafeMutablePointer<GstVideoInfo>) -> Bool {
-        let negotiated: NegotiatedOutput
-        switch outputInfo.pointee.finfo.pointee.format {
-        case GST_VIDEO_FORMAT_GRAY8: negotiated = .alpha
-        case GST_VIDEO_FORMAT_BGRA: negotiated = .composite(.bgra)
-        case GST_VIDEO_FORMAT_RGBA: negotiated = .composite(.rgba)
-        default:
-            ErrorMapping.postSettingsError("unsupported output format", on: handle)
-            return false
-        }
+        guard let negotiated = negotiatedOutput(outputInfo) else { return false }
         let width = Int(input.pointee.width), height = Int(input.pointee.height)
         guard width == Int(outputInfo.pointee.width), height == Int(outputInfo.pointee.height) else {
             ErrorMapping.postSettingsError("input and output sizes differ", on: handle)
@@ -352,18 +311,8 @@ final class MatteFilter {
         }
         let interlacing = input.pointee.interlace_mode
         let capsKey = "\(width)×\(height) → \(negotiated), interlacing \(interlacing.rawValue)"
-        if interlacing != GST_VIDEO_INTERLACE_MODE_PROGRESSIVE {
-            // A woven frame's two fields are two instants: the matte would comb at every moving edge.
-            let reported = refusedCaps.withLock { refused -> Bool in
-                defer { refused = capsKey }
-                return refused == capsKey
-            }
-            if !reported {
-                let mode = String(cString: gst_video_interlace_mode_to_string(interlacing))
-                ErrorMapping.postStreamFormatError("interlaced input (interlace-mode=\(mode)) is not matted: put deinterlace in "
-                                                   + "front of the element (… ! deinterlace ! videoconvert ! video/x-raw,format=BGRA "
-                                                   + "! matanyone …)", on: handle)
-            }
+        guard interlacing == GST_VIDEO_INTERLACE_MODE_PROGRESSIVE else {
+            refuseInterlaced(interlacing, capsKey: capsKey)
             return false
         }
         if refusedCaps.withLock({ $0 == capsKey }) {
@@ -375,7 +324,6 @@ final class MatteFilter {
         let result: Result<Double, Error>? = stream.withLock { state in
             guard let state else { return nil }
             state.output = negotiated
-            // Caps of the same size (another framerate, output format or colorimetry) keep the track.
             if let size = state.size, size == (width, height) {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
                 return .success(-1)
@@ -393,15 +341,46 @@ final class MatteFilter {
             return true
         case let .success(ms)?:
             DebugLog.log(GST_LEVEL_DEBUG, handle, "warm-up at \(width)×\(height): \(ms) ms")
-            // In async mode a frame costs its copy and composite, not an inference: the latency
-            // starts from the delay and learns the rest.
-            latency.withLock {
-                $0 = current.mode == .async
-                    ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0,
-                                   heldMs: max(Double(current.asyncDelay), MatteFilter.quickWaitMs))
-                    : LatencyState(tracker: LatencyTracker(), warmUpMs: ms)
-            }
+            startLatency(warmUpMs: ms, settings: current)
             return true
+        }
+    }
+
+    /// What the source pad carries for its negotiated format (nil, with an error on the bus, for a
+    /// format the element does not make).
+    private func negotiatedOutput(_ info: UnsafeMutablePointer<GstVideoInfo>) -> NegotiatedOutput? {
+        switch info.pointee.finfo.pointee.format {
+        case GST_VIDEO_FORMAT_GRAY8: return .alpha
+        case GST_VIDEO_FORMAT_BGRA: return .composite(.bgra)
+        case GST_VIDEO_FORMAT_RGBA: return .composite(.rgba)
+        default:
+            ErrorMapping.postSettingsError("unsupported output format", on: handle)
+            return nil
+        }
+    }
+
+    /// Interlaced caps are refused, once on the bus per caps: a woven frame's two fields are two
+    /// instants, and the matte would comb at every moving edge.
+    private func refuseInterlaced(_ interlacing: GstVideoInterlaceMode, capsKey: String) {
+        let reported = refusedCaps.withLock { refused -> Bool in
+            defer { refused = capsKey }
+            return refused == capsKey
+        }
+        guard !reported else { return }
+        let mode = String(cString: gst_video_interlace_mode_to_string(interlacing))
+        ErrorMapping.postStreamFormatError("interlaced input (interlace-mode=\(mode)) is not matted: put deinterlace in "
+                                           + "front of the element (… ! deinterlace ! videoconvert ! video/x-raw,format=BGRA "
+                                           + "! matanyone …)", on: handle)
+    }
+
+    /// The latency reported from a new size on. In async mode a frame costs its copy and composite,
+    /// not an inference: the latency starts from the delay and learns the rest.
+    private func startLatency(warmUpMs: Double, settings current: Settings) {
+        latency.withLock {
+            $0 = current.mode == .async
+                ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0,
+                               heldMs: max(Double(current.asyncDelay), MatteFilter.quickWaitMs))
+                : LatencyState(tracker: LatencyTracker(), warmUpMs: warmUpMs)
         }
     }
 
@@ -411,35 +390,75 @@ final class MatteFilter {
     /// returns at once (0), so that frames leave meanwhile.
     private func startSize(width: Int, height: Int, state: StreamState, settings current: Settings) -> Result<Double, Error> {
         state.size = nil
-        state.async?.stop()
-        state.async = nil
-        state.alphaPlane = [UInt8](repeating: 0, count: width * height)
-        state.noAlphaPlane = [UInt8](repeating: UInt8(current.noPersonAlpha), count: width * height)
         state.gaps.forget()
-        guard current.mode == .async else {
+        switch state.path {
+        case let .sync(path):
+            path.alphaPlane = [UInt8](repeating: 0, count: width * height)
             let measured = Result { try state.engines.get().warmUp(width: width, height: height) }
             if case .success = measured { state.size = (width, height) }
             return measured
+        case let .async(path):
+            path.stopMatting()
+            state.size = (width, height)
+            path.noAlphaPlane = [UInt8](repeating: UInt8(current.noPersonAlpha), count: width * height)
+            path.delayMs = Double(current.asyncDelay)
+            // (Made whatever alignment says: it may be switched on while playing.)
+            path.carry = MotionCarry(frameWidth: width, frameHeight: height)
+            path.carrySource = nil
+            path.carriedPlane = [UInt8](repeating: 0, count: width * height)
+            let matting = AsyncMatting(engines: state.engines, width: width, height: height)
+            matting.onTrackEvents = { [handle] events, pts in
+                for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
+            }
+            matting.start()
+            path.matting = matting
+            return .success(0)
         }
-        state.size = (width, height)
-        state.asyncDelayMs = Double(current.asyncDelay)
-        // (Made whatever alignment says: it may be switched on while playing.)
-        state.carry = MotionCarry(frameWidth: width, frameHeight: height)
-        state.carrySource = nil
-        state.carriedPlane = [UInt8](repeating: 0, count: width * height)
-        let async = AsyncMatting(engines: state.engines, width: width, height: height)
-        async.onTrackEvents = { [handle] events, pts in
-            for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
-        }
-        async.start()
-        state.async = async
-        return .success(0)
     }
 
     // MARK: Events and queries
 
+    /// A serialized event on its way downstream, before the base class sees it: which ones start the
+    /// track over, and which make async mode let its held frames go first.
+    func sinkEvent(_ event: SinkEvent) {
+        switch event {
+        case .flushStop:
+            flushHeldFrames()
+            resetStream(reason: "FLUSH_STOP")
+        case .endOfStream, .caps:
+            // Async mode holds frames: they leave before EOS, and before caps of another format.
+            // (A failure is on the bus; the event still goes on.)
+            if isAsync { _ = drainHeldFrames() }
+        case .streamStart:
+            resetStream(reason: "STREAM_START")
+        case let .segment(segment):
+            // A seek's new segment starts the track over; the same segment sent again does not.
+            if !segment.sameTimeline(as: handle.inputSegment) { resetStream(reason: "new segment") }
+        case let .reseed(maskPath):
+            requestReseed(maskPath: maskPath)
+        case .other:
+            break
+        }
+    }
+
+    /// An event from downstream; true when it is ours and ends here (not passed further upstream).
+    func sourceEvent(_ event: SourceEvent) -> Bool {
+        switch event {
+        case let .latency(nanoseconds):
+            latencyConfigured(nanoseconds)
+        case .qos:
+            sawDownstreamQoS()
+        case let .reseed(maskPath):
+            requestReseed(maskPath: maskPath)
+            return true
+        case .other:
+            break
+        }
+        return false
+    }
+
     /// Forgets temporal state (FLUSH_STOP, STREAM_START, a new segment).
-    func resetStream(reason: String) {
+    private func resetStream(reason: String) {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "reset: \(reason)")
         stream.withLock { $0?.resetTrack() }
     }
@@ -467,13 +486,13 @@ final class MatteFilter {
     }
 
     /// The pipeline's latency, from the LATENCY event (a live pipeline sends it when it configures).
-    func latencyConfigured(_ nanoseconds: UInt64) {
+    private func latencyConfigured(_ nanoseconds: UInt64) {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "pipeline latency configured: \(Double(nanoseconds) / 1e6) ms")
         liveTiming.withLock { $0.configuredLatency = nanoseconds }
     }
 
     /// A QoS event came from downstream: a sink there synchronises to the clock.
-    func sawDownstreamQoS() { liveTiming.withLock { $0.downstreamQoS = true } }
+    private func sawDownstreamQoS() { liveTiming.withLock { $0.downstreamQoS = true } }
 
     /// Predictive QoS: a live frame whose running time plus the pipeline latency (when the sink will
     /// show it) comes before now plus what this element expects a frame to cost would reach the sink
@@ -526,141 +545,5 @@ final class MatteFilter {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "latency query: adding \(ms) ms (live: \(live))")
         let none = shim_clock_time_none()
         return (minimum + ours, maximum == none ? none : maximum + ours)
-    }
-
-    // MARK: Frames
-
-    func transform(input: VideoFrameView, output destination: VideoFrameView) -> GstFlowReturn {
-        var posts: [Post] = []
-        let flow = stream.withLock { state -> GstFlowReturn in
-            guard let state else { return GST_FLOW_NOT_NEGOTIATED }
-            return process(input, into: destination, state: state, posts: &posts)
-        }
-        for post in posts { deliver(post) }
-        return flow
-    }
-
-    private func process(_ input: VideoFrameView, into destination: VideoFrameView, state: StreamState,
-                         posts: inout [Post]) -> GstFlowReturn {
-        if let problem = input.layoutProblem(bytesPerPixel: 4) ?? destination.layoutProblem(bytesPerPixel: state.output == .alpha ? 1 : 4) {
-            posts.append(.streamError(problem))
-            return GST_FLOW_ERROR
-        }
-        let current = snapshot()
-        guard let engine = state.engine else { return GST_FLOW_NOT_NEGOTIATED }  // (made at start in sync mode)
-        if let source = pendingSeed.take() {
-            engine.replaceSeed(source)
-        }
-        if let reseed = pendingReseed.take() {
-            DebugLog.log(GST_LEVEL_LOG, handle, "reseeding at pts \(input.pts)")
-            engine.reseed(reseed)
-        }
-        let start = monotonicMs()
-        state.report.clear()
-        let frame = input.bgra
-        do {
-            switch state.output {
-            case .alpha:
-                try engine.matte(frame, into: destination.gray, report: &state.report)
-            case let .composite(format):
-                try composite(frame, into: destination, format: format, engine: engine, state: state, settings: current)
-            }
-        } catch {
-            posts.append(.error(error))
-            return GST_FLOW_ERROR
-        }
-        state.framesProcessed += 1
-        let totalMs = monotonicMs() - start
-        state.gaps.finished(atMs: monotonicMs())
-        DebugLog.log(GST_LEVEL_LOG, handle, "frame \(state.framesProcessed) pts \(input.pts): \(totalMs) ms, "
-                     + "seeded \(state.report.seeded), memory frames \(state.report.memoryFrames)")
-        // Seeding (the warm-up passes) happens once; it is reported as seed-ms, and that frame is no
-        // sample of what a frame costs.
-        let (drifted, latencyMs) = latency.withLock { latency -> (Bool, Double) in
-            let drifted = state.report.seedMs > 0 ? false : latency.tracker.add(totalMs)
-            return (drifted, latency.tracker.expectedMs(fallbackMs: latency.warmUpMs))
-        }
-        if drifted { posts.append(.latency) }
-        for event in state.report.events { posts.append(.trackEvent(event, pts: input.pts)) }
-        if current.statsInterval > 0, state.framesProcessed % UInt(current.statsInterval) == 0 {
-            posts.append(.stats(stats(pts: input.pts, totalMs: totalMs, latencyMs: latencyMs, state: state)))
-        }
-        return GST_FLOW_OK
-    }
-
-    private func composite(_ frame: BGRAImage, into destination: VideoFrameView, format: CompositeFormat,
-                           engine: MattingEngine, state: StreamState, settings current: Settings) throws {
-        let width = frame.width, height = frame.height
-        try state.alphaPlane.withUnsafeMutableBufferPointer { plane in
-            let alpha = GrayImage(base: plane.baseAddress!, width: width, height: height, stride: width)
-            try engine.matte(frame, into: alpha, report: &state.report)
-            let compositeStart = monotonicMs()
-            state.compositor.composite(frame: frame, alpha: alpha.view, output: destination.bytes,
-                                       outputStride: destination.stride, format: format,
-                                       background: current.background, color: current.backgroundColor,
-                                       foregroundEstimation: current.edgeColors == .estimated,
-                                       premultiplied: current.alphaMode == .premultiplied)
-            state.report.postprocessMs += monotonicMs() - compositeStart
-        }
-    }
-
-    func deliver(_ post: Post) {
-        switch post {
-        case let .error(error): ErrorMapping.postError(error, on: handle)
-        case let .streamError(text): ErrorMapping.postStreamFormatError(text, on: handle)
-        case .latency: handle.postLatencyMessage()
-        case let .stats(structure): handle.postElementMessage(structure)
-        case let .trackEvent(event, pts): handle.postElementMessage(MatteFilter.reseededMessage(event, pts: pts))
-        }
-    }
-
-    /// `matanyone-reseeded, person=(uint)1, reason=(string)drift, pts=…, iou=(double)0.12, uncertainty=…`
-    static func reseededMessage(_ event: TrackEvent, pts: GstClockTime) -> UnsafeMutablePointer<GstStructure> {
-        let message = gst_structure_new_empty("matanyone-reseeded")!
-        shim_structure_set_uint(message, "person", UInt32(event.person))
-        shim_structure_set_string(message, "reason", event.reason.rawValue)
-        shim_structure_set_uint64(message, "pts", pts)
-        if event.iou >= 0 { shim_structure_set_double(message, "iou", event.iou) }
-        if event.uncertainty >= 0 { shim_structure_set_double(message, "uncertainty", event.uncertainty) }
-        return message
-    }
-
-    func stats(pts: GstClockTime, totalMs: Double, latencyMs: Double, state: StreamState) -> UnsafeMutablePointer<GstStructure> {
-        let report = state.report
-        let stats = gst_structure_new_empty("matanyone-stats")!
-        shim_structure_set_uint64(stats, "frame", state.framesProcessed)
-        shim_structure_set_uint64(stats, "pts", pts)
-        // (In async mode, until the inference thread has made the engine, nothing of it is known.)
-        if let engine = state.engine {
-            shim_structure_set_string(stats, "engine", engine.kind.rawValue)
-            shim_structure_set_string(stats, "precision", engine.precision.rawValue)
-            shim_structure_set_string(stats, "provider", engine.provider.rawValue)
-            shim_structure_set_string(stats, "data", engine.dataOnDevice ? "device" : "host")
-        }
-        shim_structure_set_string(stats, "mode", state.async == nil ? "sync" : "async")
-        shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
-        shim_structure_set_double(stats, "inference-ms", report.inferenceMs)
-        shim_structure_set_double(stats, "postprocess-ms", report.postprocessMs)
-        shim_structure_set_double(stats, "total-ms", totalMs)
-        shim_structure_set_double(stats, "memory-ms", report.memoryMs)
-        shim_structure_set_double(stats, "latency-ms", latencyMs)
-        // (In async mode frames still queued have not left yet: they are not dropped.)
-        shim_structure_set_uint64(stats, "frames-dropped", state.framesSubmitted &- state.framesProcessed &- UInt(state.queue.count))
-        shim_structure_set_boolean(stats, "seeded", report.seeded ? 1 : 0)
-        shim_structure_set_uint(stats, "memory-frames", UInt32(report.memoryFrames))
-        if report.seedMs > 0 { shim_structure_set_double(stats, "seed-ms", report.seedMs) }
-        guard let engine = state.engine else { return stats }
-        if engine.kind == .matanyone2 {
-            shim_structure_set_uint(stats, "people", UInt32(report.people))
-            for (slot, ms) in report.personMs.enumerated() where ms > 0 {
-                shim_structure_set_double(stats, "person-\(slot + 1)-ms", ms)
-            }
-            if report.watchIoU >= 0 { shim_structure_set_double(stats, "watch-iou", report.watchIoU) }
-            if report.watchUncertainty >= 0 { shim_structure_set_double(stats, "watch-uncertainty", report.watchUncertainty) }
-        }
-        for (name, ms) in zip(engine.modelNames, report.modelMs) {
-            shim_structure_set_double(stats, name + "-ms", ms)
-        }
-        return stats
     }
 }

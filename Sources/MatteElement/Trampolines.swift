@@ -29,6 +29,10 @@ struct ElementHandle {
 
     func reconfigureSource() { gst_base_transform_reconfigure_src(transform) }
 
+    /// A reference of our own, for work on another thread that may still reach the element.
+    func retain() { _ = gst_object_ref(UnsafeMutableRawPointer(object)) }
+    func release() { gst_object_unref(UnsafeMutableRawPointer(object)) }
+
     /// The template caps of the pad in `direction` (a new reference).
     func padTemplateCaps(_ direction: GstPadDirection) -> UnsafeMutablePointer<GstCaps> {
         let pad = direction == GST_PAD_SRC ? transform.pointee.srcpad : transform.pointee.sinkpad
@@ -42,6 +46,61 @@ struct ElementHandle {
     /// Posts an element message; takes ownership of `structure`.
     func postElementMessage(_ structure: UnsafeMutablePointer<GstStructure>) {
         gst_element_post_message(element, gst_message_new_element(object, structure))
+    }
+
+    // The base class and the pads, as gst-plugins-rs's `parent_*` calls: what the element chains
+    // up to or acts through.
+
+    func parentSubmitInputBuffer(_ buffer: UnsafeMutablePointer<GstBuffer>?, isDiscont: gboolean) -> GstFlowReturn {
+        parentTransformClass.pointee.submit_input_buffer(transform, isDiscont, buffer)
+    }
+
+    func parentGenerateOutput(_ output: UnsafeMutablePointer<UnsafeMutablePointer<GstBuffer>?>) -> GstFlowReturn {
+        parentTransformClass.pointee.generate_output(transform, output)
+    }
+
+    /// An output buffer for `input`, allocated as the base class allocates its own (metadata and
+    /// timestamps copied); the caller owns the reference.
+    func prepareOutputBuffer(for input: UnsafeMutablePointer<GstBuffer>) -> (GstFlowReturn, UnsafeMutablePointer<GstBuffer>?) {
+        var output: UnsafeMutablePointer<GstBuffer>?
+        let flow = parentTransformClass.pointee.prepare_output_buffer(transform, input, &output)
+        return (flow, output)
+    }
+
+    /// Pushes `buffer` (the reference passes on) on the source pad.
+    func push(_ buffer: UnsafeMutablePointer<GstBuffer>) -> GstFlowReturn { gst_pad_push(transform.pointee.srcpad, buffer) }
+
+    /// Renegotiates when downstream asked (RECONFIGURE); false when that failed.
+    func reconfigure() -> Bool { gst_base_transform_reconfigure(transform) != 0 }
+
+    var sourceIsFlushing: Bool { transform.pointee.srcpad.pointee.object.flags & GST_PAD_FLAG_FLUSHING.rawValue != 0 }
+
+    var qosEnabled: Bool { gst_base_transform_is_qos_enabled(transform) != 0 }
+
+    /// The base class's current input segment.
+    var inputSegment: GstSegment { segmentOf(raw).pointee }
+
+    enum Pad { case input, output }
+
+    /// Maps `buffer` as a frame of the negotiated input (read) or output (write) info for the
+    /// duration of `body`; nil when it cannot be mapped.
+    func withMappedFrame<Result>(_ buffer: UnsafeMutablePointer<GstBuffer>, _ pad: Pad, _ body: (VideoFrameView) -> Result) -> Result? {
+        let filter = videoFilter(raw)
+        return pad == .input ? mapFrame(buffer, &filter.pointee.in_info, GST_MAP_READ, body)
+            : mapFrame(buffer, &filter.pointee.out_info, GST_MAP_WRITE, body)
+    }
+
+    func liveTiming(of buffer: UnsafeMutablePointer<GstBuffer>) -> (runningTime: UInt64, now: UInt64)? {
+        MatteElement.liveTiming(raw, buffer)
+    }
+
+    func arrival(of buffer: UnsafeMutablePointer<GstBuffer>, timing: (runningTime: UInt64, now: UInt64)?) -> GapRule.Arrival {
+        MatteElement.arrival(raw, buffer, timing)
+    }
+
+    func postDropped(_ buffer: UnsafeMutablePointer<GstBuffer>, runningTime: UInt64, late: UInt64,
+                     counts: (submitted: UInt, processed: UInt)) {
+        MatteElement.postDropped(raw, buffer, runningTime: runningTime, late: late, counts: counts)
     }
 }
 
@@ -79,13 +138,19 @@ struct VideoFrameView {
 /// A buffer reference this element owns (async mode's queue): released in deinit.
 final class OwnedBuffer {
     let buffer: UnsafeMutablePointer<GstBuffer>
+    private var owned = true
     /// Takes over the caller's reference.
     init(taking buffer: UnsafeMutablePointer<GstBuffer>) { self.buffer = buffer }
-    deinit { gst_buffer_unref(buffer) }
+    /// Hands the reference on (to the base class, downstream): no longer released here.
+    func release() -> UnsafeMutablePointer<GstBuffer> {
+        owned = false
+        return buffer
+    }
+    deinit { if owned { gst_buffer_unref(buffer) } }
 }
 
 /// Maps `buffer` as a video frame of `info` for the duration of `body`; nil when it cannot be mapped.
-private func withMappedFrame<Result>(_ buffer: UnsafeMutablePointer<GstBuffer>, _ info: UnsafeMutablePointer<GstVideoInfo>,
+private func mapFrame<Result>(_ buffer: UnsafeMutablePointer<GstBuffer>, _ info: UnsafeMutablePointer<GstVideoInfo>,
                                      _ flags: GstMapFlags, _ body: (VideoFrameView) -> Result) -> Result? {
     var frame = GstVideoFrame()
     guard gst_video_frame_map(&frame, info, buffer, flags) != 0 else { return nil }
@@ -196,78 +261,20 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         filter(trans).transformCaps(direction: direction, caps: caps!, filter: filterCaps)
     }
     transformClass.pointee.sink_event = { trans, event in
-        switch event!.pointee.type {
-        case GST_EVENT_FLUSH_STOP:
-            filter(trans).flushAsync()
-            filter(trans).resetStream(reason: "FLUSH_STOP")
-        case GST_EVENT_EOS, GST_EVENT_CAPS:
-            // Async mode holds frames: they leave before EOS, and before caps of another format.
-            if filter(trans).isAsync, drainAsync(trans!) != GST_FLOW_OK {
-                // (The error is on the bus; the event still goes on.)
-            }
-        case GST_EVENT_STREAM_START:
-            filter(trans).resetStream(reason: "STREAM_START")
-        case GST_EVENT_SEGMENT:
-            // A seek's new segment starts the track over; the same segment sent again does not.
-            var segment: UnsafePointer<GstSegment>?
-            gst_event_parse_segment(event, &segment)
-            if let segment, !sameSegment(segment.pointee, segmentOf(trans!).pointee) {
-                filter(trans).resetStream(reason: "new segment")
-            }
-        case GST_EVENT_CUSTOM_DOWNSTREAM, GST_EVENT_CUSTOM_DOWNSTREAM_OOB:
-            if let maskPath = reseedRequest(event!) { filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath) }
-        default:
-            break
-        }
+        filter(trans).sinkEvent(sinkEvent(event!))
         return parentTransformClass.pointee.sink_event(trans, event)
     }
     transformClass.pointee.src_event = { trans, event in
-        if event!.pointee.type == GST_EVENT_LATENCY {
-            var latency: GstClockTime = 0
-            gst_event_parse_latency(event, &latency)
-            filter(trans).latencyConfigured(UInt64(latency))
-        } else if event!.pointee.type == GST_EVENT_QOS {
-            filter(trans).sawDownstreamQoS()
-        }
-        if event!.pointee.type == GST_EVENT_CUSTOM_UPSTREAM, let maskPath = reseedRequest(event!) {
-            // Ours: handled here, not passed further upstream.
-            filter(trans).requestReseed(maskPath: maskPath.isEmpty ? nil : maskPath)
+        guard !filter(trans).sourceEvent(sourceEvent(event!)) else {
             gst_event_unref(event)
             return 1
         }
         return parentTransformClass.pointee.src_event(trans, event)
     }
     transformClass.pointee.submit_input_buffer = { trans, isDiscont, buffer in
-        let matte = filter(trans)
-        // One clock reading per buffer, for the gap rule and predictive QoS alike.
-        let timing = buffer.flatMap { liveTiming(trans!, $0) }
-        if let buffer { matte.arrived(arrival(trans!, buffer, timing), pts: buffer.pointee.pts) }
-        if matte.isAsync, let buffer {
-            let owned = OwnedBuffer(taking: buffer)
-            // What the base class's own submit_input_buffer does first: renegotiate when downstream
-            // asked (RECONFIGURE), before any output buffer is allocated.
-            guard gst_base_transform_reconfigure(trans) != 0 else {
-                return isFlushing(trans!.pointee.srcpad) ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED
-            }
-            return withMappedFrame(buffer, &videoFilter(trans!).pointee.in_info, GST_MAP_READ) { view in
-                matte.submitAsync(view, buffer: owned)
-            } ?? GST_FLOW_ERROR
-        }
-        if let buffer, gst_base_transform_is_qos_enabled(trans) != 0, let timing,
-           let late = matte.lateness(runningTime: timing.runningTime, now: timing.now) {
-            postDropped(trans!, buffer, runningTime: timing.runningTime, late: late, counts: matte.frameCounts)
-            gst_buffer_unref(buffer)
-            return shim_flow_dropped()
-        }
-        return parentTransformClass.pointee.submit_input_buffer(trans, isDiscont, buffer)
+        filter(trans).submit(buffer, isDiscont: isDiscont)
     }
-    transformClass.pointee.generate_output = { trans, output in
-        let matte = filter(trans)
-        guard matte.isAsync else { return parentTransformClass.pointee.generate_output(trans, output) }
-        output!.pointee = nil
-        guard let (frame, alpha) = matte.releaseNext() else { return matte.asyncFailed ? GST_FLOW_ERROR : GST_FLOW_OK }
-        return renderAsync(trans!, matte, frame, alpha, into: output!)
-    }
+    transformClass.pointee.generate_output = { trans, output in filter(trans).generateOutput(output!) }
     transformClass.pointee.transform_meta = { trans, outbuf, meta, inbuf in
         let matte = filter(trans)
         var tags: [String] = []
@@ -302,49 +309,9 @@ private func installVideoFilterHandlers(_ videoFilterClass: UnsafeMutablePointer
     }
 }
 
-private func isFlushing(_ pad: UnsafeMutablePointer<GstPad>) -> Bool {
-    pad.pointee.object.flags & GST_PAD_FLAG_FLUSHING.rawValue != 0
-}
-
 /// The instance as the GstVideoFilter it is (negotiated infos).
 private func videoFilter(_ instance: UnsafeMutableRawPointer) -> UnsafeMutablePointer<GstVideoFilter> {
     instance.assumingMemoryBound(to: GstVideoFilter.self)
-}
-
-/// Produces the output buffer of a released async frame: allocated like the base class's own
-/// outputs (metadata and timestamps copied), written by `renderAsync`.
-private func renderAsync(_ trans: UnsafeMutableRawPointer, _ matte: MatteFilter, _ frame: QueuedFrame, _ alpha: AsyncMatting.Alpha?,
-                         into output: UnsafeMutablePointer<UnsafeMutablePointer<GstBuffer>?>) -> GstFlowReturn {
-    let transform = trans.assumingMemoryBound(to: GstBaseTransform.self)
-    var outbuf: UnsafeMutablePointer<GstBuffer>?
-    let prepared = parentTransformClass.pointee.prepare_output_buffer(transform, frame.buffer.buffer, &outbuf)
-    guard prepared == GST_FLOW_OK, let outbuf else { return prepared == GST_FLOW_OK ? GST_FLOW_ERROR : prepared }
-    let filterInstance = videoFilter(trans)
-    let flow = withMappedFrame(frame.buffer.buffer, &filterInstance.pointee.in_info, GST_MAP_READ) { input in
-        withMappedFrame(outbuf, &filterInstance.pointee.out_info, GST_MAP_WRITE) { out in
-            matte.renderAsync(input: input, output: out, alpha: alpha)
-        } ?? GST_FLOW_ERROR
-    } ?? GST_FLOW_ERROR
-    guard flow == GST_FLOW_OK else {
-        gst_buffer_unref(outbuf)
-        return flow
-    }
-    output.pointee = outbuf
-    return GST_FLOW_OK
-}
-
-/// Pushes every frame async mode still holds (EOS, new caps), on the streaming thread.
-private func drainAsync(_ trans: UnsafeMutableRawPointer) -> GstFlowReturn {
-    let matte = filter(trans)
-    let transform = trans.assumingMemoryBound(to: GstBaseTransform.self)
-    for (frame, alpha) in matte.drainAsync() {
-        var out: UnsafeMutablePointer<GstBuffer>?
-        let flow = renderAsync(trans, matte, frame, alpha, into: &out)
-        guard flow == GST_FLOW_OK, let out else { return flow }
-        let pushed = gst_pad_push(transform.pointee.srcpad, out)
-        guard pushed == GST_FLOW_OK else { return pushed }
-    }
-    return GST_FLOW_OK
 }
 
 /// The base class's current input segment (a field of the instance, updated by SEGMENT events).
@@ -395,18 +362,43 @@ private func postDropped(_ trans: UnsafeMutableRawPointer, _ buffer: UnsafeMutab
     gst_element_post_message(trans.assumingMemoryBound(to: GstElement.self), message)
 }
 
-/// Whether two segments describe the same timeline (`position`, which the base class advances with
-/// every buffer, and `duration` do not count).
-private func sameSegment(_ a: GstSegment, _ b: GstSegment) -> Bool {
-    a.format == b.format && a.flags == b.flags && a.rate == b.rate && a.applied_rate == b.applied_rate
-        && a.base == b.base && a.offset == b.offset && a.start == b.start && a.stop == b.stop && a.time == b.time
-}
-
-/// For a `matanyone-reseed` event: its optional `mask` path ("" when absent); nil for other events.
-private func reseedRequest(_ event: UnsafeMutablePointer<GstEvent>) -> String? {
+/// For a `matanyone-reseed` event: its optional `mask` path (nil when absent or empty); nil for other events.
+private func reseedRequest(_ event: UnsafeMutablePointer<GstEvent>) -> String?? {
     guard let structure = gst_event_get_structure(event),
           String(cString: gst_structure_get_name(structure)) == "matanyone-reseed" else { return nil }
-    return gst_structure_get_string(structure, "mask").map { String(cString: $0) } ?? ""
+    let mask = gst_structure_get_string(structure, "mask").map { String(cString: $0) } ?? ""
+    return .some(mask.isEmpty ? nil : mask)
+}
+
+/// A sink pad event as a Swift value.
+private func sinkEvent(_ event: UnsafeMutablePointer<GstEvent>) -> SinkEvent {
+    switch event.pointee.type {
+    case GST_EVENT_FLUSH_STOP: return .flushStop
+    case GST_EVENT_EOS: return .endOfStream
+    case GST_EVENT_CAPS: return .caps
+    case GST_EVENT_STREAM_START: return .streamStart
+    case GST_EVENT_SEGMENT:
+        var segment: UnsafePointer<GstSegment>?
+        gst_event_parse_segment(event, &segment)
+        return segment.map { .segment($0.pointee) } ?? .other
+    case GST_EVENT_CUSTOM_DOWNSTREAM, GST_EVENT_CUSTOM_DOWNSTREAM_OOB:
+        return reseedRequest(event).map { .reseed(maskPath: $0) } ?? .other
+    default: return .other
+    }
+}
+
+/// A source pad event as a Swift value.
+private func sourceEvent(_ event: UnsafeMutablePointer<GstEvent>) -> SourceEvent {
+    switch event.pointee.type {
+    case GST_EVENT_LATENCY:
+        var latency: GstClockTime = 0
+        gst_event_parse_latency(event, &latency)
+        return .latency(UInt64(latency))
+    case GST_EVENT_QOS: return .qos
+    case GST_EVENT_CUSTOM_UPSTREAM:
+        return reseedRequest(event).map { .reseed(maskPath: $0) } ?? .other
+    default: return .other
+    }
 }
 
 /// Class handler of the `reseed` action signal.

@@ -1,6 +1,7 @@
 import CGStreamer
 import CGstCheck
 import Foundation
+import Testing
 import MatteElement
 import MatteEngine
 import TestPaths
@@ -173,4 +174,33 @@ func objectName(_ object: UnsafeMutablePointer<GstObject>?) -> String {
     guard let object, let name = gst_object_get_name(object) else { return "" }
     defer { g_free(name) }
     return String(cString: name)
+}
+
+/// The GRAY8 outputs of a harnessed element (`description`, named `m`) for `frame` (one 512×288 BGRA
+/// frame) pushed `pushes` times; `between` runs before each push with the element and the index.
+func harnessOutputs(_ description: String, frame: [UInt8], pushes: Int,
+                    between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil) throws -> [[UInt8]] {
+    precondition(gstreamerReady)
+    let harness = gst_harness_new_parse(description)!
+    defer { gst_harness_teardown(harness) }
+    gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=512,height=288,framerate=25/1")
+    gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8,width=512,height=288,framerate=25/1")
+    // gst_harness_new_parse wraps the element in a bin.
+    let bin = UnsafeMutableRawPointer(harness.pointee.element).assumingMemoryBound(to: GstBin.self)
+    let element = try #require(gst_bin_get_by_name(bin, "m"))
+    defer { gst_object_unref(element) }
+    var outputs: [[UInt8]] = []
+    for index in 0..<pushes {
+        between?(element, index)
+        let buffer = gst_buffer_new_allocate(nil, gsize(frame.count), nil)!
+        _ = frame.withUnsafeBufferPointer { gst_buffer_fill(buffer, 0, $0.baseAddress, gsize($0.count)) }
+        #expect(gst_harness_push(harness, buffer) == GST_FLOW_OK)
+        let out = try #require(gst_harness_pull(harness))
+        var map = GstMapInfo()
+        gst_buffer_map(out, &map, GST_MAP_READ)
+        outputs.append(Array(UnsafeBufferPointer(start: map.data, count: Int(map.size))))
+        gst_buffer_unmap(out, &map)
+        gst_buffer_unref(out)
+    }
+    return outputs
 }

@@ -113,7 +113,7 @@ import MattePixels
                 frame.withUnsafeBufferPointer { carry.add(BGRAImage(base: $0.baseAddress!, width: w, height: h, stride: w * 4), pts: UInt64(k)) }
             }
             var alpha = [UInt8](repeating: 200, count: w * h)
-            let small = alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w)) }
+            let small = alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayView(base: $0.baseAddress!, width: w, height: h, stride: w)) }
             var out = [UInt8](repeating: 0, count: w * h)
             let carried = try #require(out.withUnsafeMutableBufferPointer {
                 carry.carry(small, from: 0, to: 2, into: GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w))
@@ -154,7 +154,7 @@ import MattePixels
         }
         var alpha = MotionTests.disc(width: w, height: h, centre: (220, 150), radius: 50)
         let truth = MotionTests.disc(width: w, height: h, centre: (220 + 4 * step, 150), radius: 50)
-        let small = alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w)) }
+        let small = alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayView(base: $0.baseAddress!, width: w, height: h, stride: w)) }
         var out = [UInt8](repeating: 0, count: w * h)
         let carried = try #require(out.withUnsafeMutableBufferPointer {
             carry.carry(small, from: 0, to: 160_000_000, into: GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w))
@@ -192,7 +192,7 @@ import MattePixels
         // Alpha of frame 0: a vertical edge crossing the block (left half foreground).
         var alpha = [UInt8](repeating: 0, count: w * h)
         for y in 0..<h { for x in 0..<250 { alpha[y * w + x] = 255 } }
-        let small = alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w)) }
+        let small = alpha.withUnsafeMutableBufferPointer { carry.carrySized(GrayView(base: $0.baseAddress!, width: w, height: h, stride: w)) }
         var out = [UInt8](repeating: 0, count: w * h)
         _ = try #require(out.withUnsafeMutableBufferPointer {
             carry.carry(small, from: 0, to: 1, into: GrayImage(base: $0.baseAddress!, width: w, height: h, stride: w))

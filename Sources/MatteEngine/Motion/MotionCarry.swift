@@ -149,7 +149,7 @@ public final class MotionCarry {
 
     /// The alpha at the carry size (`alpha` is the full-frame plane of the frame at `from`): for
     /// `carry`, made once per alpha.
-    public func carrySized(_ alpha: GrayImage) -> [Float] {
+    public func carrySized(_ alpha: GrayView) -> [Float] {
         precondition(alpha.width == frameWidth && alpha.height == frameHeight)
         return MotionCarry.averaged(alpha, width: sizes.carryWidth, height: sizes.carryHeight)
     }
@@ -312,7 +312,7 @@ public final class MotionCarry {
     }
 
     /// A byte plane averaged down to floats in 0…1 (up to 3×3 samples per output pixel, as the luma).
-    static func averaged(_ plane: GrayImage, width: Int, height: Int) -> [Float] {
+    static func averaged(_ plane: GrayView, width: Int, height: Int) -> [Float] {
         let (nx, xs) = SampleGrid.points(source: plane.width, output: width)
         let (ny, ys) = SampleGrid.points(source: plane.height, output: height)
         var out = [Float](repeating: 0, count: width * height)
