@@ -343,8 +343,10 @@ extension MatteFilter {
 
     func deliver(_ post: Post) {
         switch post {
-        case let .error(error): ErrorMapping.postError(error, on: handle)
-        case let .streamError(text): ErrorMapping.postStreamFormatError(text, on: handle)
+        case let .error(error, file, function, line):
+            ErrorMapping.postError(error, on: handle, file: file, function: function, line: line)
+        case let .streamError(text, file, function, line):
+            ErrorMapping.postStreamFormatError(text, on: handle, file: file, function: function, line: line)
         case .latency: handle.postLatencyMessage()
         case let .stats(structure): handle.postElementMessage(structure)
         case let .trackEvent(event, pts): handle.postElementMessage(MatteFilter.reseededMessage(event, pts: pts))

@@ -15,8 +15,9 @@ struct LatencyState {
 /// A bus message to post once the stream lock is released: a synchronous bus handler may call back
 /// into the element (a LATENCY query, a state change) from this very thread.
 enum Post {
-    case error(Error)
-    case streamError(String)
+    /// (Errors keep where they were found: the bus message names that file, function and line.)
+    case error(Error, file: String = #fileID, function: String = #function, line: Int = #line)
+    case streamError(String, file: String = #fileID, function: String = #function, line: Int = #line)
     case latency
     case stats(UnsafeMutablePointer<GstStructure>)
     /// A track (re)started or stopped (`matanyone-reseeded`).
