@@ -286,7 +286,8 @@ final class MatteFilter {
                 }
                 gst_structure_remove_field(copy, "chroma-site")
                 shim_structure_set_string(copy, "format", format)
-                result = gst_caps_merge_structure(result, copy)
+                // (The caps features, format:Interlaced included, carry over as they are.)
+                result = gst_caps_merge_structure_full(result, copy, gst_caps_get_features(caps, index).map { gst_caps_features_copy($0) })
             }
         }
         let template = handle.padTemplateCaps(direction == GST_PAD_SINK ? GST_PAD_SRC : GST_PAD_SINK)

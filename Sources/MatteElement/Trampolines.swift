@@ -208,11 +208,14 @@ private let enumTypes: [String: GType] = [
     ModelPrecision.typeName: registerEnum(ModelPrecision.self),
 ]
 
-private let sinkCapsString =
-    "video/x-raw, format=(string)BGRA, width=(int)[1, 32767], height=(int)[1, 32767], framerate=(fraction)[0/1, 2147483647/1]"
-private let sourceCapsString =
-    "video/x-raw, format=(string){ BGRA, RGBA, GRAY8 }, width=(int)[1, 32767], height=(int)[1, 32767], "
-    + "framerate=(fraction)[0/1, 2147483647/1]"
+// Field-per-buffer video (interlace-mode=alternate) carries the format:Interlaced caps feature: it is
+// in the templates so that such caps reach set_caps and are refused there with a message that says
+// what to do, not with a bare not-negotiated.
+private let sizeAndRate = "width=(int)[1, 32767], height=(int)[1, 32767], framerate=(fraction)[0/1, 2147483647/1]"
+private let sinkCapsString = "video/x-raw, format=(string)BGRA, \(sizeAndRate); "
+    + "video/x-raw(format:Interlaced), format=(string)BGRA, \(sizeAndRate), interlace-mode=(string)alternate"
+private let sourceCapsString = "video/x-raw, format=(string){ BGRA, RGBA, GRAY8 }, \(sizeAndRate); "
+    + "video/x-raw(format:Interlaced), format=(string){ BGRA, RGBA, GRAY8 }, \(sizeAndRate), interlace-mode=(string)alternate"
 
 /// The GType `GstMatAnyone`, registered on first use.
 let matAnyoneType: GType = {

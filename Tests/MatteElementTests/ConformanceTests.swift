@@ -99,6 +99,36 @@ import TestPaths
         #expect(fixed.error == nil && fixed.reachedEOS, "\(fixed.error?.message ?? "")")
     }
 
+    /// Field-per-buffer video (interlace-mode=alternate, the format:Interlaced caps feature) reaches
+    /// negotiation and is refused there with the same advice, not with a bare not-negotiated; the
+    /// advice works.
+    @Test func alternateFieldsAreRefusedWithTheFix() throws {
+        let caps = "video/x-raw(format:Interlaced),format=BGRA,width=64,height=48,interlace-mode=alternate,framerate=60/1"
+        func fields(_ pipeline: UnsafeMutablePointer<GstElement>) {
+            let bin = UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self)
+            let source = gst_bin_get_by_name(bin, "src")!
+            defer { gst_object_unref(source) }
+            let appsrc = UnsafeMutableRawPointer(source).assumingMemoryBound(to: GstAppSrc.self)
+            for index in 0..<4 {
+                let buffer = gst_buffer_new_allocate(nil, gsize(64 * 24 * 4), nil)!
+                gst_buffer_memset(buffer, 0, 90, gsize(64 * 24 * 4))
+                buffer.pointee.pts = GstClockTime(index) * 16_666_667
+                buffer.pointee.duration = 16_666_667
+                if index % 2 == 0 { buffer.pointee.mini_object.flags |= GST_VIDEO_BUFFER_FLAG_TOP_FIELD.rawValue }
+                else { buffer.pointee.mini_object.flags |= GST_VIDEO_BUFFER_FLAG_BOTTOM_FIELD.rawValue }
+                _ = gst_app_src_push_buffer(appsrc, buffer)
+            }
+            _ = gst_app_src_end_of_stream(appsrc)
+        }
+        let run = runPipeline("appsrc name=src format=time caps=\"\(caps)\" ! \(TestPaths.element) ! fakesink", before: fields)
+        let error = try #require(run.error)
+        #expect(error.domain == "gst-stream-error-quark")
+        #expect(error.message.contains("interlace-mode=alternate") && error.message.contains("deinterlace"), "\(error.message)")
+        let fixed = runPipeline("appsrc name=src format=time caps=\"\(caps)\" ! deinterlace ! videoconvert "
+                                + "! video/x-raw,format=BGRA ! \(TestPaths.element) ! fakesink", before: fields)
+        #expect(fixed.error == nil && fixed.reachedEOS, "\(fixed.error?.message ?? "")")
+    }
+
     /// Metas that depend only on the video's geometry (a region of interest) survive both modes and
     /// both outputs; the input's GstVideoMeta (its memory's strides) does not become the output's.
     @Test(arguments: ["sync", "async"]) func geometryMetasAreKept(mode: String) throws {
