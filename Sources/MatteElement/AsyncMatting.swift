@@ -49,6 +49,8 @@ final class AsyncMatting {
 
     /// Called on the inference thread with a frame's track events (posting a bus message is thread-safe).
     var onTrackEvents: (([TrackEvent], UInt64) -> Void)?
+    /// Called on the inference thread after each inference (an alpha kept, or a failure).
+    var onFinished: (() -> Void)?
 
     init(engines: EngineSlot, width: Int, height: Int) {
         self.engines = engines
@@ -254,6 +256,7 @@ final class AsyncMatting {
             }
             condition.broadcast()
             condition.unlock()
+            onFinished?()
         }
     }
 }

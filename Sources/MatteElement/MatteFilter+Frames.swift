@@ -20,10 +20,23 @@ extension MatteFilter {
         arrived(handle.arrival(of: buffer, timing: timing), pts: buffer.pointee.pts)
         if isAsync {
             let owned = OwnedBuffer(taking: buffer)
+            if let releaser = heldFrameReleaser {
+                // What went wrong downstream stops upstream; a full queue holds it back.
+                if let flow = releaser.takeDownstreamFlow() { return flow }
+                let room = releaser.waitUntil {
+                    handle.sourceIsFlushing || stream.withLock { state in state.map { $0.framesHeld < ($0.asyncPath?.maxHeld ?? 1) } ?? true }
+                }
+                guard room, !handle.sourceIsFlushing else { return GST_FLOW_FLUSHING }
+            }
             // What the base class's own submit_input_buffer does first: renegotiate when downstream
-            // asked (RECONFIGURE), before any output buffer is allocated.
-            guard handle.reconfigure() else { return handle.sourceIsFlushing ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED }
-            return handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned) } ?? GST_FLOW_ERROR
+            // asked (RECONFIGURE), before any output buffer is allocated (and never while the
+            // release thread renders or pushes one).
+            let releaser = handle.sourceNeedsReconfigure ? heldFrameReleaser : nil
+            let reconfigured = releaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
+            guard reconfigured else { return handle.sourceIsFlushing ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED }
+            let flow = handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned) } ?? GST_FLOW_ERROR
+            heldFrameReleaser?.poke()
+            return flow
         }
         if handle.qosEnabled, let timing, let late = lateness(runningTime: timing.runningTime, now: timing.now) {
             handle.postDropped(buffer, runningTime: timing.runningTime, late: late, counts: frameCounts)
@@ -35,6 +48,9 @@ extension MatteFilter {
 
     /// Whether frames take the async path now (its inference thread runs: after the first caps).
     var isAsync: Bool { stream.withLock { $0?.running != nil } }
+
+    /// async-delay > 0: the thread that lets held frames go.
+    var heldFrameReleaser: FrameReleaser? { stream.withLock { $0?.asyncPath?.releaser } }
 
     /// Whether the inference thread failed (its error is on the bus): streaming must stop.
     var asyncFailed: Bool { stream.withLock { $0?.asyncPath?.failed ?? false } }
@@ -183,6 +199,8 @@ extension MatteFilter {
     func generateOutput(_ output: UnsafeMutablePointer<UnsafeMutablePointer<GstBuffer>?>) -> GstFlowReturn {
         guard isAsync else { return handle.parentGenerateOutput(output) }
         output.pointee = nil
+        // (With async-delay, frames leave from the release thread, on their own deadline.)
+        if heldFrameReleaser != nil { return asyncFailed ? GST_FLOW_ERROR : GST_FLOW_OK }
         guard let (frame, alpha) = releaseNext() else { return asyncFailed ? GST_FLOW_ERROR : GST_FLOW_OK }
         return produce(frame, alpha: alpha, into: output)
     }
@@ -195,6 +213,14 @@ extension MatteFilter {
             return GST_FLOW_OK
         }
         matting.waitIdle(timeoutMs: max(delay, 5000))
+        if let releaser = heldFrameReleaser {
+            // The release thread lets everything go now; this thread waits until it did.
+            stream.withLock { $0?.asyncPath?.draining = true }
+            releaser.poke()
+            _ = releaser.waitUntil { handle.sourceIsFlushing || heldFramesGone(releaser) }
+            stream.withLock { $0?.asyncPath?.draining = false }
+            return releaser.takeDownstreamFlow() ?? GST_FLOW_OK
+        }
         var released: [(frame: QueuedFrame, alpha: AsyncMatting.Alpha?)] = []
         while let next = releaseNext(draining: true) { released.append(next) }
         for (frame, alpha) in released {
@@ -205,6 +231,39 @@ extension MatteFilter {
             guard pushed == GST_FLOW_OK else { return pushed }
         }
         return GST_FLOW_OK
+    }
+
+    /// A serialized event keeps its place in the stream: the frames held before it leave first (each on
+    /// its own deadline), then it goes on.
+    func waitForHeldFrames() {
+        guard let releaser = heldFrameReleaser else { return }
+        _ = releaser.waitUntil { handle.sourceIsFlushing || heldFramesGone(releaser) }
+    }
+
+    private func heldFramesGone(_ releaser: FrameReleaser) -> Bool {
+        stream.withLock { $0?.framesHeld ?? 0 } == 0 && !releaser.isPushing
+    }
+
+    /// The release thread's next step: the output of the oldest frame once it may leave (its own alpha
+    /// ready, its delay over, a drain), else how long to sleep.
+    func nextDeparture(of releaser: FrameReleaser) -> FrameReleaser.Step {
+        var posts: [Post] = []
+        let decision = stream.withLock { state -> Departure? in
+            guard let state, let path = state.asyncPath, path.releaser === releaser else { return nil }
+            let departure = self.departure(state: state, draining: path.draining, posts: &posts)
+            if case .leave = departure { releaser.taking() }
+            return departure
+        }
+        for post in posts { deliver(post) }
+        switch decision {
+        case nil: return .retire
+        case .none?: return .idle
+        case let .waitUntil(ms)?: return .waitUntil(ms)
+        case let .leave(frame, alpha)?:
+            var out: UnsafeMutablePointer<GstBuffer>?
+            let flow = produce(frame, alpha: alpha, into: &out)
+            return .push(flow == GST_FLOW_OK ? out : nil, flow)
+        }
     }
 
     /// Forgets the queued frames (FLUSH_STOP).
@@ -225,29 +284,43 @@ extension MatteFilter {
                let typical = matting.medianInferenceMs, typical < MatteFilter.quickWaitMs {
                 matting.waitForAlpha(of: head.pts, timeoutMs: MatteFilter.quickWaitMs)
             }
-            let (alpha, ownComing, failure) = matting.closest(to: head.pts)
-            if let failure {
-                if !path.failed { posts.append(.error(failure)) }
-                path.failed = true
-                path.queue.removeAll()
-                return nil
-            }
-            let waited = monotonicMs() - head.arrivalMs
-            let ready: Bool
-            if draining || path.delayMs == 0 || waited >= path.delayMs {
-                ready = true
-            } else if let alpha, alpha.pts == head.pts {
-                ready = true  // its own alpha
-            } else {
-                // Not its own alpha coming: one from this frame's time or later is as close as any will be.
-                ready = !ownComing && (alpha.map { $0.pts >= head.pts } ?? false)
-            }
-            guard ready else { return nil }
-            path.queue.removeFirst()
-            return (head, alpha)
+            guard case let .leave(frame, alpha) = departure(state: state, draining: draining, posts: &posts) else { return nil }
+            return (frame, alpha)
         }
         for post in posts { deliver(post) }
         return next
+    }
+
+    /// Whether the oldest held frame leaves now (taken from the queue, with the alpha to apply), or
+    /// when it will (its delay over), or nothing is held. Under the stream lock.
+    private enum Departure {
+        case leave(QueuedFrame, AsyncMatting.Alpha?)
+        case waitUntil(Double)
+        case none
+    }
+
+    private func departure(state: StreamState, draining: Bool, posts: inout [Post]) -> Departure {
+        guard let (path, matting) = state.running, let head = path.queue.first else { return .none }
+        let (alpha, ownComing, failure) = matting.closest(to: head.pts)
+        if let failure {
+            if !path.failed { posts.append(.error(failure)) }
+            path.failed = true
+            path.queue.removeAll()
+            return .none
+        }
+        let waited = monotonicMs() - head.arrivalMs
+        let ready: Bool
+        if draining || path.delayMs == 0 || waited >= path.delayMs {
+            ready = true
+        } else if let alpha, alpha.pts == head.pts {
+            ready = true  // its own alpha
+        } else {
+            // Not its own alpha coming: one from this frame's time or later is as close as any will be.
+            ready = !ownComing && (alpha.map { $0.pts >= head.pts } ?? false)
+        }
+        guard ready else { return .waitUntil(head.arrivalMs + path.delayMs) }
+        path.queue.removeFirst()
+        return .leave(head, alpha)
     }
 
     /// The output buffer of a released frame: allocated as the base class allocates its own
@@ -329,6 +402,7 @@ extension MatteFilter {
                     shim_structure_set_double(stats, "carry-pixels", carried?.meanPixels ?? 0)
                 }
                 shim_structure_set_double(stats, "inference-fps", matting.inferenceFPS)
+                shim_structure_set_uint(stats, "frames-held", UInt32(path.queue.count))
             }
             endFrame(end, state: state, settings: current, posts: &posts)
             DebugLog.log(GST_LEVEL_LOG, handle, "async frame pts \(input.pts): alpha of pts \(usable.map { "\($0.pts)" } ?? "none"), "

@@ -26,11 +26,12 @@ enum Post {
 
 /// A serialized event on the sink pad, as the element reads it (parsed in Trampolines.swift).
 enum SinkEvent {
-    case flushStop, endOfStream, caps, streamStart
+    case flushStart, flushStop, endOfStream, caps, streamStart
     case segment(GstSegment)
-    /// `matanyone-reseed`, with its optional `mask` path.
-    case reseed(maskPath: String?)
-    case other
+    /// `matanyone-reseed`, with its optional `mask` path (out of band or serialized).
+    case reseed(maskPath: String?, serialized: Bool)
+    /// Any other event; a serialized one keeps its place after the frames before it.
+    case other(serialized: Bool)
 }
 
 /// An event on the source pad (from downstream), as the element reads it.
@@ -152,7 +153,9 @@ final class MatteFilter {
 
     func stop() -> Bool {
         let state = stream.take()
-        state?.asyncPath?.stopMatting()  // outside the lock: the thread may be finishing a frame
+        // Outside the lock: the threads may be finishing a frame.
+        state?.asyncPath?.stopMatting()
+        for releaser in state?.asyncPath?.stopReleasers() ?? [] { releaser.stop() }
         reseedRequests.withLock { $0 += 1 }
         pendingReseed.withLock { $0 = nil }
         pendingSeed.withLock { $0 = nil }
@@ -330,6 +333,7 @@ final class MatteFilter {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
                 return .success(-1)
             }
+            state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: framesPerSecond(input))
             return startSize(width: width, height: height, state: state, settings: current)
         }
         switch result {
@@ -412,6 +416,13 @@ final class MatteFilter {
             matting.onTrackEvents = { [handle] events, pts in
                 for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
             }
+            if path.delayMs > 0 {
+                // Held frames leave on their own deadline, from a thread of their own.
+                let releaser = FrameReleaser(next: { [unowned self] in nextDeparture(of: $0) }, push: { [handle] in handle.push($0) })
+                matting.onFinished = { [weak releaser] in releaser?.poke() }
+                path.releaser = releaser
+                releaser.start()
+            }
             matting.start()
             path.matting = matting
             return .success(0)
@@ -424,22 +435,28 @@ final class MatteFilter {
     /// track over, and which make async mode let its held frames go first.
     func sinkEvent(_ event: SinkEvent) {
         switch event {
+        case .flushStart:
+            heldFrameReleaser?.setFlushing(true)
         case .flushStop:
             flushHeldFrames()
+            heldFrameReleaser?.setFlushing(false)
             resetStream(reason: "FLUSH_STOP")
         case .endOfStream, .caps:
             // Async mode holds frames: they leave before EOS, and before caps of another format.
             // (A failure is on the bus; the event still goes on.)
             if isAsync { _ = drainHeldFrames() }
         case .streamStart:
+            waitForHeldFrames()
             resetStream(reason: "STREAM_START")
         case let .segment(segment):
+            waitForHeldFrames()
             // A seek's new segment starts the track over; the same segment sent again does not.
             if !segment.sameTimeline(as: handle.inputSegment) { resetStream(reason: "new segment") }
-        case let .reseed(maskPath):
+        case let .reseed(maskPath, serialized):
+            if serialized { waitForHeldFrames() }
             requestReseed(maskPath: maskPath)
-        case .other:
-            break
+        case let .other(serialized):
+            if serialized { waitForHeldFrames() }
         }
     }
 
@@ -537,6 +554,31 @@ final class MatteFilter {
     /// Frames submitted and processed so far (QoS message statistics).
     var frameCounts: (submitted: UInt, processed: UInt) {
         stream.withLock { state in state.map { ($0.framesSubmitted, $0.framesProcessed) } ?? (0, 0) }
+    }
+
+    /// How many frames async mode may hold with a delay: `async-max-frames`, or with 0 (auto) the
+    /// frames of the delay at the stream's rate (60 fps when it has none) and four more.
+    static func heldFrameBound(_ settings: Settings, framesPerSecond: Double) -> Int {
+        if settings.asyncMaxFrames > 0 { return Int(settings.asyncMaxFrames) }
+        let rate = framesPerSecond > 0 ? framesPerSecond : 60
+        return min(Int((Double(settings.asyncDelay) / 1000 * rate).rounded(.up)) + 4, 1000)
+    }
+
+    private func framesPerSecond(_ info: UnsafePointer<GstVideoInfo>) -> Double {
+        info.pointee.fps_d > 0 ? Double(info.pointee.fps_n) / Double(info.pointee.fps_d) : 0
+    }
+
+    /// Answers upstream's ALLOCATION query: the base class's answer, plus the frames async mode may hold
+    /// with a delay (`async-max-frames`): a pool with fewer buffers than that would stall upstream
+    /// waiting for one the element keeps.
+    func proposeAllocation(decideQuery: UnsafeMutablePointer<GstQuery>?, query: UnsafeMutablePointer<GstQuery>) -> Bool {
+        guard handle.parentProposeAllocation(decideQuery, query) else { return false }
+        let current = snapshot()
+        if current.mode == .async, current.asyncDelay > 0 {
+            let held = MatteFilter.heldFrameBound(current, framesPerSecond: handle.framesPerSecond(of: query))
+            handle.addMinimumBuffers(held, to: query)
+        }
+        return true
     }
 
     /// Adjusts an answered LATENCY query by what this element really costs.

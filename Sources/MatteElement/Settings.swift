@@ -177,6 +177,9 @@ struct Settings: Equatable {
     var mode = MatteMode.sync
     /// async: how long (ms) a frame may wait for an alpha closer to it in time.
     var asyncDelay: UInt32 = 0
+    /// async with a delay: at most this many frames held (0: the delay's frames at the stream's rate,
+    /// and four more); when full, upstream waits for the oldest to leave.
+    var asyncMaxFrames: UInt32 = 0
     /// async: carry an older frame's alpha along the motion to the frame it leaves with.
     var alignment = Alignment.motion
     /// Segmenter: motion-adaptive temporal smoothing in percent (0 = off).
@@ -319,6 +322,11 @@ struct PropertyDeclaration {
               "mode=async: hold frames up to this many ms so each leaves with the alpha closest to it in time "
                   + "(part of the reported latency; at least the inference time gives every inferred frame its own alpha)",
               \.asyncDelay, 0...10_000, .ready),
+        .uint("async-max-frames", "Async max frames",
+              "mode=async with async-delay: at most this many frames held at once (0: the frames of async-delay at the "
+                  + "stream's frame rate, and four more); when full, upstream waits until the oldest leaves (as a queue with "
+                  + "leaky=no; no frame is dropped)",
+              \.asyncMaxFrames, 0...1000, .ready),
         .enumeration("alignment", "Alignment",
                      "mode=async: a frame that leaves with an older frame's alpha wears it carried along the picture's "
                          + "motion since then (motion: ~3–5 ms a 1080p frame on two cores), or as it is (none)",

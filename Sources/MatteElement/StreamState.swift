@@ -30,6 +30,13 @@ final class AsyncPath {
     var matting: AsyncMatting?
     var queue: [QueuedFrame] = []
     var delayMs = 0.0
+    /// async-delay > 0: the thread that lets frames go on their own deadline, and the bound on
+    /// the queue (`async-max-frames`). Releasers of earlier sizes, retired, are joined at `stop`.
+    var releaser: FrameReleaser?
+    var retired: [FrameReleaser] = []
+    var maxHeld = 1
+    /// EOS or new caps: every held frame leaves now, whatever its deadline.
+    var draining = false
     /// The inference thread failed (its error is on the bus): streaming stops.
     var failed = false
     /// The alpha of frames that leave before the first alpha exists (`no-person-alpha`).
@@ -48,10 +55,22 @@ final class AsyncPath {
         carrySource = nil
     }
 
-    /// Stops the inference thread of the previous size, if any (outside the stream lock at `stop`).
+    /// Stops the inference thread of the previous size, if any, and retires its releaser (which
+    /// ends itself: it cannot be waited for under the stream lock, which it takes).
     func stopMatting() {
         matting?.stop()
         matting = nil
+        if let releaser {
+            retired.append(releaser)
+            releaser.poke()  // (it sees it was retired and ends)
+        }
+        releaser = nil
+    }
+
+    /// Every release thread, ended and waited for (at `stop`, outside the stream lock).
+    func stopReleasers() -> [FrameReleaser] {
+        defer { retired.removeAll() }
+        return retired + (releaser.map { [$0] } ?? [])
     }
 }
 

@@ -67,11 +67,51 @@ struct ElementHandle {
         return (flow, output)
     }
 
+    func parentProposeAllocation(_ decide: UnsafeMutablePointer<GstQuery>?, _ query: UnsafeMutablePointer<GstQuery>) -> Bool {
+        parentTransformClass.pointee.propose_allocation(transform, decide, query) != 0
+    }
+
+    /// The frame rate of an ALLOCATION query's caps (0 when it has none).
+    func framesPerSecond(of query: UnsafeMutablePointer<GstQuery>) -> Double {
+        var caps: UnsafeMutablePointer<GstCaps>?
+        var needPool: gboolean = 0
+        gst_query_parse_allocation(query, &caps, &needPool)
+        var info = GstVideoInfo()
+        guard let caps, gst_video_info_from_caps(&info, caps) != 0, info.fps_d > 0 else { return 0 }
+        return Double(info.fps_n) / Double(info.fps_d)
+    }
+
+    /// Raises the minimum buffers of every pool in an ALLOCATION query by `count` (or proposes a
+    /// pool-less entry with that minimum when there is none).
+    func addMinimumBuffers(_ count: Int, to query: UnsafeMutablePointer<GstQuery>) {
+        let pools = gst_query_get_n_allocation_pools(query)
+        guard pools > 0 else {
+            var caps: UnsafeMutablePointer<GstCaps>?
+            var needPool: gboolean = 0
+            gst_query_parse_allocation(query, &caps, &needPool)
+            var info = GstVideoInfo()
+            let size = caps.map { gst_video_info_from_caps(&info, $0) != 0 ? guint(info.size) : 0 } ?? 0
+            gst_query_add_allocation_pool(query, nil, size, guint(count), 0)
+            return
+        }
+        for index in 0..<pools {
+            var pool: UnsafeMutablePointer<GstBufferPool>?
+            var size: guint = 0, minimum: guint = 0, maximum: guint = 0
+            gst_query_parse_nth_allocation_pool(query, index, &pool, &size, &minimum, &maximum)
+            let raised = minimum + guint(count)
+            gst_query_set_nth_allocation_pool(query, index, pool, size, raised, maximum == 0 ? 0 : max(maximum, raised))
+            if let pool { gst_object_unref(pool) }
+        }
+    }
+
     /// Pushes `buffer` (the reference passes on) on the source pad.
     func push(_ buffer: UnsafeMutablePointer<GstBuffer>) -> GstFlowReturn { gst_pad_push(transform.pointee.srcpad, buffer) }
 
     /// Renegotiates when downstream asked (RECONFIGURE); false when that failed.
     func reconfigure() -> Bool { gst_base_transform_reconfigure(transform) != 0 }
+
+    /// Downstream asked for renegotiation (the flag stays set for `reconfigure`).
+    var sourceNeedsReconfigure: Bool { gst_pad_needs_reconfigure(transform.pointee.srcpad) != 0 }
 
     var sourceIsFlushing: Bool { transform.pointee.srcpad.pointee.object.flags & GST_PAD_FLAG_FLUSHING.rawValue != 0 }
 
@@ -278,6 +318,9 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         filter(trans).submit(buffer, isDiscont: isDiscont)
     }
     transformClass.pointee.generate_output = { trans, output in filter(trans).generateOutput(output!) }
+    transformClass.pointee.propose_allocation = { trans, decide, query in
+        filter(trans).proposeAllocation(decideQuery: decide, query: query!) ? 1 : 0
+    }
     transformClass.pointee.transform_meta = { trans, outbuf, meta, inbuf in
         let matte = filter(trans)
         var tags: [String] = []
@@ -376,6 +419,7 @@ private func reseedRequest(_ event: UnsafeMutablePointer<GstEvent>) -> String?? 
 /// A sink pad event as a Swift value.
 private func sinkEvent(_ event: UnsafeMutablePointer<GstEvent>) -> SinkEvent {
     switch event.pointee.type {
+    case GST_EVENT_FLUSH_START: return .flushStart
     case GST_EVENT_FLUSH_STOP: return .flushStop
     case GST_EVENT_EOS: return .endOfStream
     case GST_EVENT_CAPS: return .caps
@@ -383,11 +427,15 @@ private func sinkEvent(_ event: UnsafeMutablePointer<GstEvent>) -> SinkEvent {
     case GST_EVENT_SEGMENT:
         var segment: UnsafePointer<GstSegment>?
         gst_event_parse_segment(event, &segment)
-        return segment.map { .segment($0.pointee) } ?? .other
+        return segment.map { .segment($0.pointee) } ?? .other(serialized: true)
     case GST_EVENT_CUSTOM_DOWNSTREAM, GST_EVENT_CUSTOM_DOWNSTREAM_OOB:
-        return reseedRequest(event).map { .reseed(maskPath: $0) } ?? .other
-    default: return .other
+        return reseedRequest(event).map { .reseed(maskPath: $0, serialized: isSerialized(event)) } ?? .other(serialized: isSerialized(event))
+    default: return .other(serialized: isSerialized(event))
     }
+}
+
+private func isSerialized(_ event: UnsafeMutablePointer<GstEvent>) -> Bool {
+    event.pointee.type.rawValue & GST_EVENT_TYPE_SERIALIZED.rawValue != 0
 }
 
 /// A source pad event as a Swift value.

@@ -1,0 +1,153 @@
+import CGStreamer
+import CGstCheck
+import Foundation
+import Testing
+@testable import MatteElement
+import TestPaths
+
+/// `async-delay` keeps time: held frames leave on their own deadline (a thread of the element's, not
+/// the next input), serialized events keep their place after the frames before them, the queue is
+/// bounded (upstream waits at the bound), and the allocation answer and the latency say what is
+/// held. The engine is the segmenter made slow on purpose (SlowEngine), so that frames wait for
+/// their delay on any machine.
+@Suite(.serialized) struct AsyncDelayTests {
+    static let width = 160, height = 96
+    let caps = "video/x-raw,format=BGRA,width=\(width),height=\(height),framerate=30/1"
+
+    private func frame(_ index: Int) -> UnsafeMutablePointer<GstBuffer> {
+        let bytes = AsyncDelayTests.width * AsyncDelayTests.height * 4
+        let buffer = gst_buffer_new_allocate(nil, gsize(bytes), nil)!
+        gst_buffer_memset(buffer, 0, UInt8(40 + index), gsize(bytes))
+        buffer.pointee.pts = GstClockTime(index) * 33_333_333
+        buffer.pointee.duration = 33_333_333
+        return buffer
+    }
+
+    /// A harnessed element named `name` whose engine is slow (each frame `frameMs`).
+    private func withSlowHarness(_ name: String, _ properties: String, frameMs: Double = 400,
+                                 _ body: (UnsafeMutablePointer<GstHarness>) throws -> Void) throws {
+        var failure: Error?
+        _ = SlowEngineTests().withSlowEngines(name, seedMs: frameMs, frameMs: frameMs) {
+            let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async \(properties)")!
+            defer { gst_harness_teardown(harness) }
+            gst_harness_set_src_caps_str(harness, caps)
+            gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
+            do { try body(harness) } catch { failure = error }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Buffers pulled until `count` came or `seconds` passed.
+    private func pull(_ harness: UnsafeMutablePointer<GstHarness>, count: Int, within seconds: Double) -> Int {
+        var pulled = 0
+        let deadline = Date().addingTimeInterval(seconds)
+        while pulled < count, Date() < deadline {
+            if let buffer = gst_harness_try_pull(harness) {
+                gst_buffer_unref(buffer)
+                pulled += 1
+            } else {
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+        }
+        return pulled
+    }
+
+    /// Upstream pushes three frames and goes quiet (no EOS): all three leave once their delay is
+    /// over. (Before, a held frame left only when the next input came: the last stayed inside.)
+    @Test func anIdleUpstreamStrandsNoFrame() throws {
+        try withSlowHarness("delay-idle", "async-delay=150") { harness in
+            for index in 0..<3 { #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK) }
+            #expect(pull(harness, count: 3, within: 5) == 3)
+        }
+    }
+
+    /// A serialized event pushed after two frames reaches downstream after them, and before the
+    /// frame pushed after it.
+    @Test func serializedEventsKeepTheirPlaceAfterHeldFrames() throws {
+        try withSlowHarness("delay-events", "async-delay=200") { harness in
+            let order = Order()
+            let probeType = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM.rawValue)
+            gst_pad_add_probe(harness.pointee.sinkpad, probeType, recordOrder, Unmanaged.passUnretained(order).toOpaque(), nil)
+            #expect(gst_harness_push(harness, frame(0)) == GST_FLOW_OK)
+            #expect(gst_harness_push(harness, frame(1)) == GST_FLOW_OK)
+            #expect(gst_harness_push_event(harness, gst_event_new_custom(GST_EVENT_CUSTOM_DOWNSTREAM,
+                                                                         gst_structure_new_empty("test-marker"))) != 0)
+            #expect(gst_harness_push(harness, frame(2)) == GST_FLOW_OK)
+            #expect(pull(harness, count: 3, within: 5) == 3)
+            #expect(order.seen.withLock { $0 } == ["buffer", "buffer", "test-marker", "buffer"])
+        }
+    }
+
+    /// At `async-max-frames` upstream waits (no frame is dropped) until the oldest leaves.
+    @Test func upstreamWaitsAtTheBound() throws {
+        // (Inference outlasts the delay: no frame leaves early with its own alpha.)
+        try withSlowHarness("delay-bound", "async-delay=3000 async-max-frames=3", frameMs: 4000) { harness in
+            let pushed = Locked(0)
+            let done = DispatchSemaphore(value: 0)
+            let address = Int(bitPattern: UnsafeMutableRawPointer(harness))
+            let pusher = Thread {
+                let harness = UnsafeMutableRawPointer(bitPattern: address)!.assumingMemoryBound(to: GstHarness.self)
+                for index in 0..<6 {
+                    _ = gst_harness_push(harness, frame(index))
+                    pushed.withLock { $0 += 1 }
+                }
+                done.signal()
+            }
+            pusher.start()
+            Thread.sleep(forTimeInterval: 1.5)  // (half the delay: nothing may have left yet)
+            #expect(pushed.withLock { $0 } == 3, "pushes returned while 3 frames were held")
+            #expect(pull(harness, count: 6, within: 30) == 6)
+            #expect(done.wait(timeout: .now() + 10) == .success)
+        }
+    }
+
+    /// The answer to upstream's ALLOCATION query asks for the frames the element may hold.
+    @Test func theAllocationAnswerDeclaresTheFramesHeld() throws {
+        try withSlowHarness("delay-allocation", "async-delay=100 async-max-frames=7") { harness in
+            let caps = gst_caps_from_string(self.caps)!
+            defer { gst_caps_unref(caps) }
+            let query = gst_query_new_allocation(caps, 1)!
+            defer { gst_query_unref(query) }
+            #expect(gst_pad_peer_query(harness.pointee.srcpad, query) != 0)
+            try #require(gst_query_get_n_allocation_pools(query) >= 1)
+            var pool: UnsafeMutablePointer<GstBufferPool>?
+            var size: guint = 0, minimum: guint = 0, maximum: guint = 0
+            gst_query_parse_nth_allocation_pool(query, 0, &pool, &size, &minimum, &maximum)
+            if let pool { gst_object_unref(pool) }
+            #expect(minimum >= 7, "minimum buffers \(minimum)")
+        }
+    }
+
+    /// Live: a source at 30 fps, a slow engine (every frame waits its whole delay), a syncing sink
+    /// that drops what is more than 20 ms late. The latency reported is what a frame waits: none is
+    /// dropped. (Before, frames left with the next input, up to a frame interval past their delay.)
+    @Test func aSyncingSinkDropsNoneOfTheDelayedFrames() {
+        var run = LiveRun()
+        _ = SlowEngineTests().withSlowEngines("delay-live", seedMs: 300, frameMs: 300) {
+            run = runLive("videotestsrc is-live=true pattern=ball num-buffers=120 ! \(caps) "
+                          + "! \(TestPaths.element) name=delay-live mode=async async-delay=150 stats-interval=1 "
+                          + "! fakesink name=sink sync=true qos=true max-lateness=20000000", element: "delay-live")
+        }
+        #expect(run.error == nil, "\(run.error ?? "")")
+        #expect(run.reachedEOS)
+        #expect(run.sinkDrops == 0, "frames the sink dropped as late: \(run.sinkDrops)")
+        #expect(run.processed == 120)
+    }
+}
+
+/// What reached the harness's sink, in order: buffers, and custom events by name.
+private final class Order {
+    let seen = Locked<[String]>([])
+}
+
+private let recordOrder: GstPadProbeCallback = { _, info, data in
+    let order = Unmanaged<Order>.fromOpaque(data!).takeUnretainedValue()
+    let type = info!.pointee.type.rawValue
+    if type & GST_PAD_PROBE_TYPE_BUFFER.rawValue != 0 {
+        order.seen.withLock { $0.append("buffer") }
+    } else if let event = info!.pointee.data?.assumingMemoryBound(to: GstEvent.self),
+              event.pointee.type == GST_EVENT_CUSTOM_DOWNSTREAM, let structure = gst_event_get_structure(event) {
+        order.seen.withLock { $0.append(String(cString: gst_structure_get_name(structure))) }
+    }
+    return GST_PAD_PROBE_OK
+}
