@@ -11,8 +11,9 @@ import MatteEngine
 final class FrameReleaser {
     /// What the release thread is to do next.
     enum Step {
-        /// Push this frame's output (the buffer reference passes on), or nothing when producing it failed.
-        case push(UnsafeMutablePointer<GstBuffer>?, GstFlowReturn)
+        /// Push this frame's output (the buffer reference passes on), or nothing when producing it failed,
+        /// then the events that came after the frame.
+        case push(UnsafeMutablePointer<GstBuffer>?, GstFlowReturn, then: [OwnedEvent])
         /// Sleep until this monotonic time (ms), or until poked.
         case waitUntil(Double)
         /// Nothing held: sleep until poked.
@@ -39,10 +40,13 @@ final class FrameReleaser {
     /// One step (decided under the stream lock by the element) and the push.
     private let next: (FrameReleaser) -> Step
     private let push: (UnsafeMutablePointer<GstBuffer>) -> GstFlowReturn
+    private let pushEvent: (OwnedEvent) -> Bool
 
-    init(next: @escaping (FrameReleaser) -> Step, push: @escaping (UnsafeMutablePointer<GstBuffer>) -> GstFlowReturn) {
+    init(next: @escaping (FrameReleaser) -> Step, push: @escaping (UnsafeMutablePointer<GstBuffer>) -> GstFlowReturn,
+         pushEvent: @escaping (OwnedEvent) -> Bool) {
         self.next = next
         self.push = push
+        self.pushEvent = pushEvent
     }
 
     func start() {
@@ -110,8 +114,9 @@ final class FrameReleaser {
         while true {
             let step = exclusive.withLock { () -> Step in
                 let step = next(self)
-                if case let .push(buffer, produced) = step {
+                if case let .push(buffer, produced, events) = step {
                     let flow = buffer.map(push) ?? produced
+                    for event in events { _ = pushEvent(event) }
                     condition.withLock {
                         pushing = false
                         departures += 1

@@ -233,8 +233,19 @@ extension MatteFilter {
         return GST_FLOW_OK
     }
 
-    /// A serialized event keeps its place in the stream: the frames held before it leave first (each on
-    /// its own deadline), then it goes on.
+    /// A serialized event the base class only forwards (a custom event, tags, a gap) keeps its place
+    /// without holding up upstream: behind frames that are held it waits with them and goes on right
+    /// after the last of them (the release thread pushes it); with none held it goes on now (false).
+    func holdBehindFrames(_ event: UnsafeMutablePointer<GstEvent>) -> Bool {
+        stream.withLock { state in
+            guard let path = state?.asyncPath, path.releaser != nil, !path.queue.isEmpty else { return false }
+            path.queue[path.queue.count - 1].followingEvents.append(OwnedEvent(taking: event))
+            return true
+        }
+    }
+
+    /// An event the base class acts on (a segment, a new stream) keeps its place in the stream: the
+    /// frames held before it leave first (each on its own deadline), then it goes on.
     func waitForHeldFrames() {
         guard let releaser = heldFrameReleaser else { return }
         _ = releaser.waitUntil { handle.sourceIsFlushing || heldFramesGone(releaser) }
@@ -262,7 +273,7 @@ extension MatteFilter {
         case let .leave(frame, alpha)?:
             var out: UnsafeMutablePointer<GstBuffer>?
             let flow = produce(frame, alpha: alpha, into: &out)
-            return .push(flow == GST_FLOW_OK ? out : nil, flow)
+            return .push(flow == GST_FLOW_OK ? out : nil, flow, then: frame.followingEvents)
         }
     }
 

@@ -418,7 +418,8 @@ final class MatteFilter {
             }
             if path.delayMs > 0 {
                 // Held frames leave on their own deadline, from a thread of their own.
-                let releaser = FrameReleaser(next: { [unowned self] in nextDeparture(of: $0) }, push: { [handle] in handle.push($0) })
+                let releaser = FrameReleaser(next: { [unowned self] in nextDeparture(of: $0) }, push: { [handle] in handle.push($0) },
+                                             pushEvent: { [handle] in handle.push($0) })
                 matting.onFinished = { [weak releaser] in releaser?.poke() }
                 path.releaser = releaser
                 releaser.start()
@@ -432,8 +433,9 @@ final class MatteFilter {
     // MARK: Events and queries
 
     /// A serialized event on its way downstream, before the base class sees it: which ones start the
-    /// track over, and which make async mode let its held frames go first.
-    func sinkEvent(_ event: SinkEvent) {
+    /// track over, and which make async mode let its held frames go first. True when the element took
+    /// `raw` (held behind frames, to go on after them).
+    func sinkEvent(_ event: SinkEvent, _ raw: UnsafeMutablePointer<GstEvent>) -> Bool {
         switch event {
         case .flushStart:
             heldFrameReleaser?.setFlushing(true)
@@ -453,11 +455,12 @@ final class MatteFilter {
             // A seek's new segment starts the track over; the same segment sent again does not.
             if !segment.sameTimeline(as: handle.inputSegment) { resetStream(reason: "new segment") }
         case let .reseed(maskPath, serialized):
-            if serialized { waitForHeldFrames() }
             requestReseed(maskPath: maskPath)
+            if serialized { return holdBehindFrames(raw) }
         case let .other(serialized):
-            if serialized { waitForHeldFrames() }
+            if serialized { return holdBehindFrames(raw) }
         }
+        return false
     }
 
     /// An event from downstream; true when it is ours and ends here (not passed further upstream).

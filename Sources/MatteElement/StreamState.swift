@@ -74,11 +74,13 @@ final class AsyncPath {
     }
 }
 
-/// A frame waiting to leave in async mode: its buffer (our reference) and when it arrived.
+/// A frame waiting to leave in async mode: its buffer (our reference), when it arrived, and the
+/// serialized events that came after it while it was held (they leave right after it).
 struct QueuedFrame {
     let buffer: OwnedBuffer
     let pts: UInt64
     let arrivalMs: Double
+    var followingEvents: [OwnedEvent] = []
 }
 
 /// Per-stream state: created in `start`, completed in `setInfo` for the negotiated caps, dropped in

@@ -104,6 +104,9 @@ struct ElementHandle {
         }
     }
 
+    /// Pushes `event` (the reference passes on) on the source pad.
+    func push(_ event: OwnedEvent) -> Bool { gst_pad_push_event(transform.pointee.srcpad, event.release()) != 0 }
+
     /// Pushes `buffer` (the reference passes on) on the source pad.
     func push(_ buffer: UnsafeMutablePointer<GstBuffer>) -> GstFlowReturn { gst_pad_push(transform.pointee.srcpad, buffer) }
 
@@ -173,6 +176,19 @@ struct VideoFrameView {
         }
         return nil
     }
+}
+
+/// An event reference this element owns (held behind frames in async mode): released in deinit.
+final class OwnedEvent {
+    private var event: UnsafeMutablePointer<GstEvent>?
+    /// Takes over the caller's reference.
+    init(taking event: UnsafeMutablePointer<GstEvent>) { self.event = event }
+    /// Hands the reference on (pushed downstream).
+    func release() -> UnsafeMutablePointer<GstEvent> {
+        defer { event = nil }
+        return event!
+    }
+    deinit { if let event { gst_event_unref(event) } }
 }
 
 /// A buffer reference this element owns (async mode's queue): released in deinit.
@@ -304,7 +320,7 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         filter(trans).transformCaps(direction: direction, caps: caps!, filter: filterCaps)
     }
     transformClass.pointee.sink_event = { trans, event in
-        filter(trans).sinkEvent(sinkEvent(event!))
+        guard !filter(trans).sinkEvent(sinkEvent(event!), event!) else { return 1 }  // (held: it goes on later)
         return parentTransformClass.pointee.sink_event(trans, event)
     }
     transformClass.pointee.src_event = { trans, event in

@@ -62,7 +62,7 @@ import TestPaths
     }
 
     /// A serialized event pushed after two frames reaches downstream after them, and before the
-    /// frame pushed after it.
+    /// frame pushed after it, without holding up upstream meanwhile.
     @Test func serializedEventsKeepTheirPlaceAfterHeldFrames() throws {
         try withSlowHarness("delay-events", "async-delay=200") { harness in
             let order = Order()
@@ -72,6 +72,8 @@ import TestPaths
             #expect(gst_harness_push(harness, frame(1)) == GST_FLOW_OK)
             #expect(gst_harness_push_event(harness, gst_event_new_custom(GST_EVENT_CUSTOM_DOWNSTREAM,
                                                                          gst_structure_new_empty("test-marker"))) != 0)
+            // The event waits with the frames; upstream does not (the latency tracer sends one per buffer).
+            #expect(gst_harness_buffers_received(harness) == 0, "the event was held up until the frames left")
             #expect(gst_harness_push(harness, frame(2)) == GST_FLOW_OK)
             #expect(pull(harness, count: 3, within: 5) == 3)
             #expect(order.seen.withLock { $0 } == ["buffer", "buffer", "test-marker", "buffer"])
