@@ -164,6 +164,9 @@ extension MatteFilter {
         return flow
     }
 
+    /// mode=sync, BGRA in and out: the same, written over the frame (see `setInfo`).
+    func transformInPlace(_ frame: VideoFrameView) -> GstFlowReturn { transform(input: frame, output: frame) }
+
     // MARK: Async
 
     /// Takes an input frame (the buffer reference passes to the queue): handed to the inference

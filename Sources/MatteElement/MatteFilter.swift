@@ -326,9 +326,14 @@ final class MatteFilter {
         }
         DebugLog.log(GST_LEVEL_INFO, handle, "negotiated \(capsKey)")
         let current = snapshot()
+        // Sync mode with BGRA out works in place: the composite is written over the frame it reads (each
+        // pixel from itself, the blur and the edge colours computed first), so no output buffer is
+        // allocated and no frame copied. Same bytes out.
+        var inPlace = false
         let result: Result<Double, Error>? = stream.withLock { state in
             guard let state else { return nil }
             state.output = negotiated
+            if case .sync = state.path { inPlace = negotiated == .composite(.bgra) }
             if let size = state.size, size == (width, height) {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
                 return .success(-1)
@@ -336,6 +341,7 @@ final class MatteFilter {
             state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: framesPerSecond(input))
             return startSize(width: width, height: height, state: state, settings: current)
         }
+        handle.setInPlace(inPlace)
         switch result {
         case nil:
             return false

@@ -29,6 +29,9 @@ struct ElementHandle {
 
     func reconfigureSource() { gst_base_transform_reconfigure_src(transform) }
 
+    /// Whether the base class hands frames over in place (one writable buffer, `transform_frame_ip`).
+    func setInPlace(_ inPlace: Bool) { gst_base_transform_set_in_place(transform, inPlace ? 1 : 0) }
+
     /// A reference of our own, for work on another thread that may still reach the element.
     func retain() { _ = gst_object_ref(UnsafeMutableRawPointer(object)) }
     func release() { gst_object_unref(UnsafeMutableRawPointer(object)) }
@@ -368,6 +371,9 @@ private func installVideoFilterHandlers(_ videoFilterClass: UnsafeMutablePointer
     }
     videoFilterClass.pointee.transform_frame = { videoFilter, input, output in
         filter(videoFilter).transform(input: VideoFrameView(frame: input!), output: VideoFrameView(frame: output!))
+    }
+    videoFilterClass.pointee.transform_frame_ip = { videoFilter, frame in
+        filter(videoFilter).transformInPlace(VideoFrameView(frame: frame!))
     }
 }
 

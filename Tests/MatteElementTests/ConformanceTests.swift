@@ -16,6 +16,36 @@ import TestPaths
         return buffer
     }
 
+    /// Sync mode, BGRA in and out: the composite is written over the input buffer when it is writable
+    /// (no output buffer, no copy), with the same bytes as a composite into a new buffer (the RGBA
+    /// output, which is never in place, with its channels swapped back).
+    @Test(arguments: ["none", "color", "blur"]) func bgraCompositesAreWrittenInPlace(background: String) throws {
+        precondition(gstreamerReady)
+        let frames = try Data(contentsOf: URL(fileURLWithPath: "\(TestPaths.dataDir)/test-sample2-512x288.bgra"))
+        let frame = [UInt8](frames.prefix(512 * 288 * 4))
+        func run(_ format: String) throws -> (inPlace: Bool, bytes: [UInt8]) {
+            let harness = gst_harness_new_parse("\(TestPaths.element) background=\(background)")!
+            defer { gst_harness_teardown(harness) }
+            gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=512,height=288,framerate=30/1")
+            gst_harness_set_sink_caps_str(harness, "video/x-raw,format=\(format),width=512,height=288,framerate=30/1")
+            let input = gst_buffer_new_allocate(nil, gsize(frame.count), nil)!
+            _ = frame.withUnsafeBufferPointer { gst_buffer_fill(input, 0, $0.baseAddress, gsize($0.count)) }
+            let address = UnsafeRawPointer(input)  // (compared, never read: the buffer passes to the element)
+            #expect(gst_harness_push(harness, input) == GST_FLOW_OK)
+            let out = try #require(gst_harness_pull(harness))
+            defer { gst_buffer_unref(out) }
+            var map = GstMapInfo()
+            gst_buffer_map(out, &map, GST_MAP_READ)
+            defer { gst_buffer_unmap(out, &map) }
+            return (UnsafeRawPointer(out) == address, Array(UnsafeBufferPointer(start: map.data, count: Int(map.size))))
+        }
+        let bgra = try run("BGRA"), rgba = try run("RGBA")
+        #expect(bgra.inPlace && !rgba.inPlace)
+        var swapped = rgba.bytes
+        for pixel in stride(from: 0, to: swapped.count, by: 4) { swapped.swapAt(pixel, pixel + 2) }
+        #expect(bgra.bytes == swapped)
+    }
+
     /// Downstream switching from BGRA to GRAY8 mid-stream (a capsfilter's caps changed: RECONFIGURE
     /// upstream) is followed in both modes; async mode ignored it before.
     @Test(arguments: ["sync", "async"]) func reconfigureFromDownstreamIsFollowed(mode: String) throws {
