@@ -81,9 +81,12 @@ final class FrameReleaser {
     func setFlushing(_ value: Bool) {
         condition.withLock {
             flushing = value
+            if !value { downstreamFlow = nil }  // (a failure from before a seek is no longer news)
             condition.broadcast()
         }
     }
+
+    var isFlushing: Bool { condition.withLock { flushing } }
 
     /// The flow of the last failed push (NOT_LINKED, EOS, an error downstream), taken once.
     func takeDownstreamFlow() -> GstFlowReturn? {

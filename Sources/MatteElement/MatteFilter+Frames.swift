@@ -31,8 +31,7 @@ extension MatteFilter {
             // What the base class's own submit_input_buffer does first: renegotiate when downstream
             // asked (RECONFIGURE), before any output buffer is allocated (and never while the
             // release thread renders or pushes one).
-            let releaser = handle.sourceNeedsReconfigure ? heldFrameReleaser : nil
-            let reconfigured = releaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
+            let reconfigured = heldFrameReleaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
             guard reconfigured else { return handle.sourceIsFlushing ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED }
             let flow = handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned) } ?? GST_FLOW_ERROR
             heldFrameReleaser?.poke()
@@ -264,6 +263,7 @@ extension MatteFilter {
         var posts: [Post] = []
         let decision = stream.withLock { state -> Departure? in
             guard let state, let path = state.asyncPath, path.releaser === releaser else { return nil }
+            if releaser.isFlushing { return Departure.none }  // (FLUSH_STOP forgets them)
             let departure = self.departure(state: state, draining: path.draining, posts: &posts)
             if case .leave = departure { releaser.taking() }
             return departure

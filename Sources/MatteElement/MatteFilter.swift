@@ -411,6 +411,7 @@ final class MatteFilter {
             return measured
         case let .async(path):
             path.stopMatting()
+            path.queue.removeAll()  // (frames of the old size left by a drain a flush cut short)
             state.size = (width, height)
             path.noAlphaPlane = [UInt8](repeating: UInt8(current.noPersonAlpha), count: width * height)
             path.delayMs = Double(current.asyncDelay)
@@ -446,8 +447,14 @@ final class MatteFilter {
         case .flushStart:
             heldFrameReleaser?.setFlushing(true)
         case .flushStop:
-            flushHeldFrames()
-            heldFrameReleaser?.setFlushing(false)
+            // (A push in progress ends first, while the pad still flushes: nothing from before the
+            // seek goes out after FLUSH_STOP.)
+            if let releaser = heldFrameReleaser {
+                releaser.exclusively { flushHeldFrames() }
+                releaser.setFlushing(false)
+            } else {
+                flushHeldFrames()
+            }
             resetStream(reason: "FLUSH_STOP")
         case .endOfStream, .caps:
             // Async mode holds frames: they leave before EOS, and before caps of another format.
@@ -462,11 +469,29 @@ final class MatteFilter {
             if !segment.sameTimeline(as: handle.inputSegment) { resetStream(reason: "new segment") }
         case let .reseed(maskPath, serialized):
             requestReseed(maskPath: maskPath)
-            if serialized { return holdBehindFrames(raw) }
+            if serialized { return holdOrWait(raw) }
         case let .other(serialized):
-            if serialized { return holdBehindFrames(raw) }
+            if serialized { return holdOrWait(raw) }
         }
         return false
+    }
+
+    /// A serialized event the base class only forwards: held behind the frames held, or (none held)
+    /// sent on once the frame being pushed, if any, has gone.
+    private func holdOrWait(_ raw: UnsafeMutablePointer<GstEvent>) -> Bool {
+        if holdBehindFrames(raw) { return true }
+        waitForHeldFrames()
+        return false
+    }
+
+    /// A query, answered by the base class (`parent`): in async mode with a delay, DRAIN first lets
+    /// every held frame go (upstream wants its buffers back), and ALLOCATION, on which the base class
+    /// may renegotiate, never runs while the release thread renders or pushes a frame.
+    func query(direction: GstPadDirection, type: GstQueryType, parent: () -> Bool) -> Bool {
+        guard direction == GST_PAD_SINK, type == GST_QUERY_ALLOCATION || type == GST_QUERY_DRAIN,
+              let releaser = heldFrameReleaser else { return parent() }
+        if type == GST_QUERY_DRAIN { _ = drainHeldFrames() }
+        return releaser.exclusively(parent)
     }
 
     /// An event from downstream; true when it is ours and ends here (not passed further upstream).

@@ -116,9 +116,6 @@ struct ElementHandle {
     /// Renegotiates when downstream asked (RECONFIGURE); false when that failed.
     func reconfigure() -> Bool { gst_base_transform_reconfigure(transform) != 0 }
 
-    /// Downstream asked for renegotiation (the flag stays set for `reconfigure`).
-    var sourceNeedsReconfigure: Bool { gst_pad_needs_reconfigure(transform.pointee.srcpad) != 0 }
-
     var sourceIsFlushing: Bool { transform.pointee.srcpad.pointee.object.flags & GST_PAD_FLAG_FLUSHING.rawValue != 0 }
 
     var qosEnabled: Bool { gst_base_transform_is_qos_enabled(transform) != 0 }
@@ -353,7 +350,10 @@ private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<Gst
         return matte.keepsMeta(tags: tags) ? 1 : parentTransformClass.pointee.transform_meta(trans, outbuf, meta, inbuf)
     }
     transformClass.pointee.query = { trans, direction, query in
-        guard parentTransformClass.pointee.query(trans, direction, query) != 0 else { return 0 }
+        let answered = filter(trans).query(direction: direction, type: query!.pointee.type) {
+            parentTransformClass.pointee.query(trans, direction, query) != 0
+        }
+        guard answered else { return 0 }
         if direction == GST_PAD_SRC, query!.pointee.type == GST_QUERY_LATENCY {
             var live: gboolean = 0
             var minimum: GstClockTime = 0, maximum: GstClockTime = 0

@@ -80,6 +80,28 @@ import TestPaths
         }
     }
 
+    /// A seek while frames are held: none of them reaches downstream after FLUSH_STOP (they are
+    /// forgotten), and the frames after it all do.
+    @Test func aFlushForgetsHeldFramesAndNothingFromBeforeItLeavesAfter() throws {
+        try withSlowHarness("delay-flush", "async-delay=300") { harness in
+            let order = Order(withPts: true)
+            let probeType = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_EVENT_FLUSH.rawValue)
+            gst_pad_add_probe(harness.pointee.sinkpad, probeType, recordOrder, Unmanaged.passUnretained(order).toOpaque(), nil)
+            for index in 0..<4 { #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK) }
+            #expect(gst_harness_push_event(harness, gst_event_new_flush_start()) != 0)
+            #expect(gst_harness_push_event(harness, gst_event_new_flush_stop(1)) != 0)
+            var segment = GstSegment()
+            gst_segment_init(&segment, GST_FORMAT_TIME)
+            #expect(gst_harness_push_event(harness, gst_event_new_segment(&segment)) != 0)
+            for index in 10..<13 { #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK) }
+            #expect(pull(harness, count: 3, within: 5) >= 3)
+            let seen = order.seen.withLock { $0 }
+            let afterFlush = seen.drop { $0 != "flush-stop" }.dropFirst()
+            #expect(seen.contains("flush-stop"), "\(seen)")
+            #expect(afterFlush.elementsEqual(["buffer 10", "buffer 11", "buffer 12"]), "\(seen)")
+        }
+    }
+
     /// At `async-max-frames` upstream waits (no frame is dropped) until the oldest leaves.
     @Test func upstreamWaitsAtTheBound() throws {
         // (Inference outlasts the delay: no frame leaves early with its own alpha.)
@@ -140,16 +162,23 @@ import TestPaths
 /// What reached the harness's sink, in order: buffers, and custom events by name.
 private final class Order {
     let seen = Locked<[String]>([])
+    /// Buffers named with their frame index (pts ÷ a 30 fps frame).
+    let withPts: Bool
+    init(withPts: Bool = false) { self.withPts = withPts }
 }
 
 private let recordOrder: GstPadProbeCallback = { _, info, data in
     let order = Unmanaged<Order>.fromOpaque(data!).takeUnretainedValue()
     let type = info!.pointee.type.rawValue
     if type & GST_PAD_PROBE_TYPE_BUFFER.rawValue != 0 {
-        order.seen.withLock { $0.append("buffer") }
-    } else if let event = info!.pointee.data?.assumingMemoryBound(to: GstEvent.self),
-              event.pointee.type == GST_EVENT_CUSTOM_DOWNSTREAM, let structure = gst_event_get_structure(event) {
-        order.seen.withLock { $0.append(String(cString: gst_structure_get_name(structure))) }
+        let buffer = info!.pointee.data!.assumingMemoryBound(to: GstBuffer.self)
+        order.seen.withLock { $0.append(order.withPts ? "buffer \(buffer.pointee.pts / 33_333_333)" : "buffer") }
+    } else if let event = info!.pointee.data?.assumingMemoryBound(to: GstEvent.self) {
+        if event.pointee.type == GST_EVENT_FLUSH_STOP {
+            order.seen.withLock { $0.append("flush-stop") }
+        } else if event.pointee.type == GST_EVENT_CUSTOM_DOWNSTREAM, let structure = gst_event_get_structure(event) {
+            order.seen.withLock { $0.append(String(cString: gst_structure_get_name(structure))) }
+        }
     }
     return GST_PAD_PROBE_OK
 }
