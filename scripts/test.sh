@@ -98,10 +98,13 @@ count() { # name, exit code, passed, failed
 # with extra (name, exit code, log, issues found beside the tests).
 count_swift() {
     # (Not named `failed`: count() adds to the global total of that name, and bash scoping is dynamic.)
-    local name="$1" rc="$2" log="$3" extra="${4:-0}" tests broken
+    local name="$1" rc="$2" log="$3" extra="${4:-0}" tests broken skipped
     tests=$(grep -oE "Test run with [0-9]+ tests?( in [0-9]+ suites?)? (passed|failed)" "$log" | grep -oE "[0-9]+" | head -1)
     broken=$(grep -cE "^✘ Test [^ ]+\(.*\) failed after" "$log")
-    count "$name" "$rc" $(( ${tests:-0} - broken )) $((broken + extra))
+    # Swift Testing counts a skipped test (a disabled trait) in its total: it passed nothing.
+    skipped=$(grep -cE "^➜ Test [^ ]+\(.*\) skipped" "$log")
+    [ "$skipped" -gt 0 ] && say "$name: $skipped skipped (not counted)"
+    count "$name" "$rc" $(( ${tests:-0} - broken - skipped )) $((broken + extra))
 }
 
 say "Swift tests"
