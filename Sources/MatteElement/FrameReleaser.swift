@@ -5,9 +5,11 @@ import MatteEngine
 /// mode=async with `async-delay`: the thread that lets held frames go on their own deadline, not
 /// when the next input happens to arrive. It sleeps until the oldest frame's deadline, or until
 /// something may let it go sooner (its own alpha finished, a new frame), and pushes it downstream.
-/// The streaming thread meets it at three points: a full queue (it waits for room: upstream is held
-/// back, as by a `queue` with leaky=no), a serialized event (it waits until the frames before the
-/// event have left, so the event keeps its place), and EOS or new caps (everything leaves now).
+/// The streaming thread meets it where order or room matters: a full queue (it waits for room:
+/// upstream is held back, as by a `queue` with leaky=no), a serialized event (one the base class only
+/// forwards waits behind the held frames and is pushed after them; a segment or a new stream waits on
+/// the streaming thread until they have left), renegotiation (never while a frame is produced or
+/// pushed), and EOS or new caps (everything leaves now).
 final class FrameReleaser {
     /// What the release thread is to do next.
     enum Step {
@@ -131,12 +133,7 @@ final class FrameReleaser {
             }
             switch step {
             case .retire:
-                condition.withLock {
-                    running = false
-                    thread = nil
-                    condition.broadcast()
-                }
-                return
+                condition.withLock { running = false }  // (ends below)
             case .push:
                 break
             case let .waitUntil(deadlineMs):

@@ -20,7 +20,8 @@ extension MatteFilter {
         arrived(handle.arrival(of: buffer, timing: timing), pts: buffer.pointee.pts)
         if isAsync {
             let owned = OwnedBuffer(taking: buffer)
-            if let releaser = heldFrameReleaser {
+            let releaser = heldFrameReleaser
+            if let releaser {
                 // What went wrong downstream stops upstream; a full queue holds it back.
                 if let flow = releaser.takeDownstreamFlow() { return flow }
                 let room = releaser.waitUntil {
@@ -31,10 +32,10 @@ extension MatteFilter {
             // What the base class's own submit_input_buffer does first: renegotiate when downstream
             // asked (RECONFIGURE), before any output buffer is allocated (and never while the
             // release thread renders or pushes one).
-            let reconfigured = heldFrameReleaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
+            let reconfigured = releaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
             guard reconfigured else { return handle.sourceIsFlushing ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED }
             let flow = handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned) } ?? GST_FLOW_ERROR
-            heldFrameReleaser?.poke()
+            releaser?.poke()
             return flow
         }
         if handle.qosEnabled, let timing, let late = lateness(runningTime: timing.runningTime, now: timing.now) {
@@ -219,7 +220,7 @@ extension MatteFilter {
             // The release thread lets everything go now; this thread waits until it did.
             stream.withLock { $0?.asyncPath?.draining = true }
             releaser.poke()
-            _ = releaser.waitUntil { handle.sourceIsFlushing || heldFramesGone(releaser) }
+            waitUntilHeldFramesGone(releaser)
             stream.withLock { $0?.asyncPath?.draining = false }
             return releaser.takeDownstreamFlow() ?? GST_FLOW_OK
         }
@@ -249,12 +250,12 @@ extension MatteFilter {
     /// An event the base class acts on (a segment, a new stream) keeps its place in the stream: the
     /// frames held before it leave first (each on its own deadline), then it goes on.
     func waitForHeldFrames() {
-        guard let releaser = heldFrameReleaser else { return }
-        _ = releaser.waitUntil { handle.sourceIsFlushing || heldFramesGone(releaser) }
+        if let releaser = heldFrameReleaser { waitUntilHeldFramesGone(releaser) }
     }
 
-    private func heldFramesGone(_ releaser: FrameReleaser) -> Bool {
-        stream.withLock { $0?.framesHeld ?? 0 } == 0 && !releaser.isPushing
+    /// Until no frame is held or being pushed (or the pad flushes).
+    private func waitUntilHeldFramesGone(_ releaser: FrameReleaser) {
+        _ = releaser.waitUntil { handle.sourceIsFlushing || (stream.withLock { $0?.framesHeld ?? 0 } == 0 && !releaser.isPushing) }
     }
 
     /// The release thread's next step: the output of the oldest frame once it may leave (its own alpha

@@ -43,6 +43,11 @@ enum SourceEvent {
     case other
 }
 
+extension GstVideoInfo {
+    /// Frames a second (0 for a variable or unknown rate).
+    var framesPerSecond: Double { fps_d > 0 ? Double(fps_n) / Double(fps_d) : 0 }
+}
+
 extension GstSegment {
     /// Whether two segments describe the same timeline: `position`, which the base class advances
     /// with every buffer, and `duration` do not count.
@@ -338,7 +343,7 @@ final class MatteFilter {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
                 return .success(-1)
             }
-            state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: framesPerSecond(input))
+            state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.pointee.framesPerSecond)
             return startSize(width: width, height: height, state: state, settings: current)
         }
         handle.setInPlace(inPlace)
@@ -598,9 +603,6 @@ final class MatteFilter {
         return min(Int((Double(settings.asyncDelay) / 1000 * rate).rounded(.up)) + 4, 1000)
     }
 
-    private func framesPerSecond(_ info: UnsafePointer<GstVideoInfo>) -> Double {
-        info.pointee.fps_d > 0 ? Double(info.pointee.fps_n) / Double(info.pointee.fps_d) : 0
-    }
 
     /// Answers upstream's ALLOCATION query: the base class's answer, plus the frames async mode may hold
     /// with a delay (`async-max-frames`): a pool with fewer buffers than that would stall upstream
@@ -609,7 +611,7 @@ final class MatteFilter {
         guard handle.parentProposeAllocation(decideQuery, query) else { return false }
         let current = snapshot()
         if current.mode == .async, current.asyncDelay > 0 {
-            let held = MatteFilter.heldFrameBound(current, framesPerSecond: handle.framesPerSecond(of: query))
+            let held = MatteFilter.heldFrameBound(current, framesPerSecond: handle.videoInfo(of: query)?.framesPerSecond ?? 0)
             handle.addMinimumBuffers(held, to: query)
         }
         return true

@@ -74,14 +74,14 @@ struct ElementHandle {
         parentTransformClass.pointee.propose_allocation(transform, decide, query) != 0
     }
 
-    /// The frame rate of an ALLOCATION query's caps (0 when it has none).
-    func framesPerSecond(of query: UnsafeMutablePointer<GstQuery>) -> Double {
+    /// The video info of an ALLOCATION query's caps, nil when they are not video.
+    func videoInfo(of query: UnsafeMutablePointer<GstQuery>) -> GstVideoInfo? {
         var caps: UnsafeMutablePointer<GstCaps>?
         var needPool: gboolean = 0
         gst_query_parse_allocation(query, &caps, &needPool)
         var info = GstVideoInfo()
-        guard let caps, gst_video_info_from_caps(&info, caps) != 0, info.fps_d > 0 else { return 0 }
-        return Double(info.fps_n) / Double(info.fps_d)
+        guard let caps, gst_video_info_from_caps(&info, caps) != 0 else { return nil }
+        return info
     }
 
     /// Raises the minimum buffers of every pool in an ALLOCATION query by `count` (or proposes a
@@ -89,12 +89,7 @@ struct ElementHandle {
     func addMinimumBuffers(_ count: Int, to query: UnsafeMutablePointer<GstQuery>) {
         let pools = gst_query_get_n_allocation_pools(query)
         guard pools > 0 else {
-            var caps: UnsafeMutablePointer<GstCaps>?
-            var needPool: gboolean = 0
-            gst_query_parse_allocation(query, &caps, &needPool)
-            var info = GstVideoInfo()
-            let size = caps.map { gst_video_info_from_caps(&info, $0) != 0 ? guint(info.size) : 0 } ?? 0
-            gst_query_add_allocation_pool(query, nil, size, guint(count), 0)
+            gst_query_add_allocation_pool(query, nil, videoInfo(of: query).map { guint($0.size) } ?? 0, guint(count), 0)
             return
         }
         for index in 0..<pools {
