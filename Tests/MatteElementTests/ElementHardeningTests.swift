@@ -150,7 +150,6 @@ import TestPaths
             try harnessOutputs("matanyone name=m engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
                                + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, between: between)
         }
-        func maxDifference(_ a: [UInt8], _ b: [UInt8]) -> Int { zip(a, b).map { abs(Int($0) - Int($1)) }.max() ?? 0 }
 
         let onlyA = try run(seedMask: maskA, pushes: 3)
         let onlyB = try run(seedMask: maskB, pushes: 1)

@@ -26,8 +26,6 @@ import TestPaths
                            + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, between: between)
     }
 
-    private func maxDifference(_ a: [UInt8], _ b: [UInt8]) -> Int { zip(a, b).map { abs(Int($0) - Int($1)) }.max() ?? 0 }
-
     /// Sends `matanyone-reseed, mask=PATH` downstream into the element's sink pad, on this thread.
     private func sendReseed(_ element: UnsafeMutablePointer<GstElement>, mask: String) -> Bool {
         let structure = gst_structure_new_empty("matanyone-reseed")!

@@ -176,6 +176,9 @@ func objectName(_ object: UnsafeMutablePointer<GstObject>?) -> String {
     return String(cString: name)
 }
 
+/// The largest difference between two planes, byte for byte.
+func maxDifference(_ a: [UInt8], _ b: [UInt8]) -> Int { zip(a, b).map { abs(Int($0) - Int($1)) }.max() ?? 0 }
+
 /// The GRAY8 outputs of a harnessed element (`description`, named `m`) for `frame` (one 512×288 BGRA
 /// frame) pushed `pushes` times; `between` runs before each push with the element and the index.
 func harnessOutputs(_ description: String, frame: [UInt8], pushes: Int,
