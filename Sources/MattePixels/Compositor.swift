@@ -80,16 +80,49 @@ public struct Compositor {
                                         output: UnsafeMutablePointer<UInt8>, outputStride: Int,
                                         _ body: (BGRAImage, GrayView, UnsafeMutablePointer<UInt8>, Int, Int) -> Void) {
         guard let estimator else { return }
-        for index in estimator.tiles.indices {
-            let tile = estimator.tiles[index]
-            let matte = GrayView(base: alpha.base + tile.y * alpha.stride + tile.x, width: tile.width,
-                                  height: tile.height, stride: alpha.stride)
-            body(estimator.foreground(ofTile: index), matte, output + tile.y * outputStride + 4 * tile.x, tile.x, tile.y)
+        // Tiles do not overlap: they run concurrently (a 1080p matte has a few hundred).
+        let tiles = estimator.tiles
+        Slices.forEach(of: tiles.count, slices: tiles.count >= 16 ? Slices.count(work: .max) : 1) { indices, _ in
+            for index in indices {
+                let tile = tiles[index]
+                let matte = GrayView(base: alpha.base + tile.y * alpha.stride + tile.x, width: tile.width,
+                                      height: tile.height, stride: alpha.stride)
+                body(estimator.foreground(ofTile: index), matte, output + tile.y * outputStride + 4 * tile.x, tile.x, tile.y)
+            }
         }
     }
 
     /// 0 < α < 255: where an estimate replaces the frame's colour (`softOnly` passes touch only these).
     @inline(__always) static func isSoft(_ alpha: UInt8) -> Bool { alpha &- 1 < 254 }
+
+    /// What sixteen matte bytes hold: all 0, all 255, or anything else. Most of a matte is one of the
+    /// first two, where a composite needs no arithmetic.
+    private enum Run { case transparent, opaque, mixed }
+
+    @inline(__always) private static func run(of matte: UnsafePointer<UInt8>) -> Run {
+        let raw = UnsafeRawPointer(matte)
+        let low = raw.loadUnaligned(as: UInt64.self), high = raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
+        if low | high == 0 { return .transparent }
+        return low & high == .max ? .opaque : .mixed
+    }
+
+    /// Whether sixteen BGRA pixels all have alpha 255.
+    @inline(__always) private static func isOpaque16(_ pixels: UnsafePointer<UInt8>) -> Bool {
+        let raw = UnsafeRawPointer(pixels)
+        var all = UInt64.max
+        for word in 0..<8 { all &= raw.loadUnaligned(fromByteOffset: 8 * word, as: UInt64.self) }
+        return all & 0xFF00_0000_FF00_0000 == 0xFF00_0000_FF00_0000
+    }
+
+    /// Runs `body(rows)` over the frame's rows, in slices on the cores for a whole-frame pass; a
+    /// soft-only pass (one tile) runs as it is.
+    @inline(__always) private static func forEachRows(_ height: Int, width: Int, softOnly: Bool, _ body: (Range<Int>) -> Void) {
+        if softOnly {
+            body(0..<height)
+        } else {
+            Slices.forEach(of: height, slices: Slices.count(work: width * height)) { rows, _ in body(rows) }
+        }
+    }
 
     /// `body(x)` for each pixel of `columns` of a row, or only its soft ones: the whole-row loop has
     /// no test in it, so that the compiler can vectorise the body.
@@ -123,7 +156,9 @@ public struct Compositor {
         if rgba {
             q = SIMD16(q[2], q[1], q[0], q[3], q[6], q[5], q[4], q[7], q[10], q[9], q[8], q[11], q[14], q[13], q[12], q[15])
         }
-        q.replace(with: 255, where: SIMD16<UInt16>.alphaLanes)
+        // Alpha 255 by bit operations on constant vectors (a mask `replace` runs lane by lane).
+        q = q & SIMD16(0xFFFF, 0xFFFF, 0xFFFF, 0, 0xFFFF, 0xFFFF, 0xFFFF, 0, 0xFFFF, 0xFFFF, 0xFFFF, 0, 0xFFFF, 0xFFFF, 0xFFFF, 0)
+            | SIMD16(0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255)
         UnsafeMutableRawPointer(output).storeBytes(of: SIMD16<UInt8>(truncatingIfNeeded: q), as: SIMD16<UInt8>.self)
     }
 
@@ -131,37 +166,36 @@ public struct Compositor {
     static func attachAlpha(frame: BGRAImage, alpha: GrayView, output: UnsafeMutablePointer<UInt8>,
                             outputStride: Int, format: CompositeFormat, softOnly: Bool = false) {
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
-        for y in 0..<frame.height {
-            let source = frame.base + y * frame.stride
-            let matte = alpha.base + y * alpha.stride
-            let out = output + y * outputStride
-            var first16 = 0
-            if !softOnly {
-                // Sixteen pixels at a time: the colour bytes as they are (R and B swapped for RGBA), the
-                // matte in each alpha byte.
-                while first16 + 16 <= frame.width {
-                    for quad in 0..<4 {
-                        let x = first16 + 4 * quad
-                        var pixels = UnsafeRawPointer(source + 4 * x).loadUnaligned(as: SIMD16<UInt8>.self)
-                        if format == .rgba {
-                            pixels = SIMD16(pixels[2], pixels[1], pixels[0], 0, pixels[6], pixels[5], pixels[4], 0,
-                                            pixels[10], pixels[9], pixels[8], 0, pixels[14], pixels[13], pixels[12], 0)
+        forEachRows(frame.height, width: frame.width, softOnly: softOnly) { rows in
+            for y in rows {
+                let source = frame.base + y * frame.stride
+                let matte = alpha.base + y * alpha.stride
+                let out = output + y * outputStride
+                // In place (BGRA in, BGRA out): an opaque run over opaque pixels is already the answer.
+                let unchangedWhenOpaque = format == .bgra && UnsafeRawPointer(out) == UnsafeRawPointer(source)
+                var first16 = 0
+                if !softOnly {
+                    // Sixteen pixels at a time, as 32-bit words (plain loops the compiler vectorises): the
+                    // colour bytes as they are (R and B swapped for RGBA), the matte in each alpha byte.
+                    let words = UnsafeRawPointer(source), outWords = UnsafeMutableRawPointer(out)
+                    while first16 + 16 <= frame.width {
+                        defer { first16 += 16 }
+                        if unchangedWhenOpaque, run(of: matte + first16) == .opaque, isOpaque16(source + 4 * first16) { continue }
+                        for x in first16..<(first16 + 16) {
+                            let pixel = words.loadUnaligned(fromByteOffset: 4 * x, as: UInt32.self)
+                            let color = format == .bgra ? pixel & 0x00FF_FFFF
+                                : (pixel & 0xFF) << 16 | (pixel >> 16) & 0xFF | pixel & 0xFF00
+                            outWords.storeBytes(of: color | UInt32(matte[x]) << 24, toByteOffset: 4 * x, as: UInt32.self)
                         }
-                        pixels[3] = matte[x]
-                        pixels[7] = matte[x + 1]
-                        pixels[11] = matte[x + 2]
-                        pixels[15] = matte[x + 3]
-                        UnsafeMutableRawPointer(out + 4 * x).storeBytes(of: pixels, as: SIMD16<UInt8>.self)
                     }
-                    first16 += 16
                 }
-            }
-            forEachPixel(in: first16..<frame.width, softOnly: softOnly, matte: matte) { x in
-                let s = source + 4 * x, o = out + 4 * x
-                o[first] = s[0]
-                o[1] = s[1]
-                o[third] = s[2]
-                o[3] = matte[x]
+                forEachPixel(in: first16..<frame.width, softOnly: softOnly, matte: matte) { x in
+                    let s = source + 4 * x, o = out + 4 * x
+                    o[first] = s[0]
+                    o[1] = s[1]
+                    o[third] = s[2]
+                    o[3] = matte[x]
+                }
             }
         }
     }
@@ -209,50 +243,75 @@ public struct Compositor {
             let (blue, green, red) = (UInt32(backgroundRGB.2), UInt32(backgroundRGB.1), UInt32(backgroundRGB.0))
             let pixel = SIMD4<UInt16>(UInt16(blue), UInt16(green), UInt16(red), 0)
             let under = SIMD16<UInt16>(lowHalf: SIMD8(lowHalf: pixel, highHalf: pixel), highHalf: SIMD8(lowHalf: pixel, highHalf: pixel))
-            for y in 0..<frame.height {
-                let source = frame.base + y * frame.stride
-                let matte = alpha.base + y * alpha.stride
-                let out = output + y * outputStride
-                var first4 = 0
-                if !softOnly {
-                    while first4 + 4 <= frame.width {
-                        mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: format == .rgba)
-                        first4 += 4
+            let rgba = format == .rgba
+            // Where the matte is 0 the mix is exactly the colour: (b·255 + 127) / 255 = b. Where it is
+            // 255 it is exactly the frame's colour, so in place over opaque pixels nothing changes.
+            let colorWord = UInt64(0xFF00_0000 | (rgba ? blue << 16 | green << 8 | red : red << 16 | green << 8 | blue))
+            let colorPair = colorWord | colorWord << 32
+            forEachRows(frame.height, width: frame.width, softOnly: softOnly) { rows in
+                for y in rows {
+                    let source = frame.base + y * frame.stride
+                    let matte = alpha.base + y * alpha.stride
+                    let out = output + y * outputStride
+                    let unchangedWhenOpaque = !rgba && UnsafeRawPointer(out) == UnsafeRawPointer(source)
+                    var first4 = 0
+                    if !softOnly {
+                        while first4 + 16 <= frame.width {
+                            defer { first4 += 16 }
+                            switch run(of: matte + first4) {
+                            case .transparent:
+                                let pixels = UnsafeMutableRawPointer(out + 4 * first4)
+                                for pair in 0..<8 { pixels.storeBytes(of: colorPair, toByteOffset: 8 * pair, as: UInt64.self) }
+                                continue
+                            case .opaque where unchangedWhenOpaque && isOpaque16(source + 4 * first4):
+                                continue
+                            default:
+                                for x in stride(from: first4, to: first4 + 16, by: 4) {
+                                    mixFour(source + 4 * x, over: under, alpha: matte + x, into: out + 4 * x, rgba: rgba)
+                                }
+                            }
+                        }
+                        while first4 + 4 <= frame.width {
+                            mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: rgba)
+                            first4 += 4
+                        }
                     }
-                }
-                forEachPixel(in: first4..<frame.width, softOnly: softOnly, matte: matte) { x in
-                    let s = source + 4 * x, o = out + 4 * x
-                    let a = UInt32(matte[x]), inverse = 255 &- a
-                    o[first] = mix(s[0], a, blue, inverse)
-                    o[1] = mix(s[1], a, green, inverse)
-                    o[third] = mix(s[2], a, red, inverse)
-                    o[3] = 255
+                    forEachPixel(in: first4..<frame.width, softOnly: softOnly, matte: matte) { x in
+                        let s = source + 4 * x, o = out + 4 * x
+                        let a = UInt32(matte[x]), inverse = 255 &- a
+                        o[first] = mix(s[0], a, blue, inverse)
+                        o[1] = mix(s[1], a, green, inverse)
+                        o[third] = mix(s[2], a, red, inverse)
+                        o[3] = 255
+                    }
                 }
             }
             return
         }
-        for y in 0..<frame.height {
-            let source = frame.base + y * frame.stride
-            let matte = alpha.base + y * alpha.stride
-            let out = output + y * outputStride
-            for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
-                let s = source + 4 * x, o = out + 4 * x
-                let a = Int(matte[x])
-                // Porter-Duff "over" in straight alpha, 8-bit fixed point.
-                let under = backgroundAlpha * (255 - a)  // ×255
-                let total = a * 255 + under                 // ×255
-                if total == 0 {
-                    o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0
-                    continue
+        forEachRows(frame.height, width: frame.width, softOnly: softOnly) { rows in
+            for y in rows {
+                let source = frame.base + y * frame.stride
+                let matte = alpha.base + y * alpha.stride
+                let out = output + y * outputStride
+                for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
+                    let s = source + 4 * x, o = out + 4 * x
+                    let a = Int(matte[x])
+                    // Porter-Duff "over" in straight alpha, 8-bit fixed point.
+                    let under = backgroundAlpha * (255 - a)  // ×255
+                    let total = a * 255 + under                 // ×255
+                    if total == 0 {
+                        o[0] = 0; o[1] = 0; o[2] = 0; o[3] = 0
+                        continue
+                    }
+                    let half = total / 2
+                    let blue = (Int(s[0]) * a * 255 + backgroundRGB.2 * under + half) / total
+                    let green = (Int(s[1]) * a * 255 + backgroundRGB.1 * under + half) / total
+                    let red = (Int(s[2]) * a * 255 + backgroundRGB.0 * under + half) / total
+                    o[first] = UInt8(blue)
+                    o[1] = UInt8(green)
+                    o[third] = UInt8(red)
+                    o[3] = UInt8((total + 127) / 255)
                 }
-                let half = total / 2
-                let blue = (Int(s[0]) * a * 255 + backgroundRGB.2 * under + half) / total
-                let green = (Int(s[1]) * a * 255 + backgroundRGB.1 * under + half) / total
-                let red = (Int(s[2]) * a * 255 + backgroundRGB.0 * under + half) / total
-                o[first] = UInt8(blue)
-                o[1] = UInt8(green)
-                o[third] = UInt8(red)
-                o[3] = UInt8((total + 127) / 255)
             }
         }
     }
@@ -262,26 +321,29 @@ public struct Compositor {
                         output: UnsafeMutablePointer<UInt8>, outputStride: Int, format: CompositeFormat,
                         softOnly: Bool = false) {
         let (first, third) = format == .bgra ? (0, 2) : (2, 0)
-        for y in 0..<frame.height {
-            let source = frame.base + y * frame.stride
-            let back = under.base + y * under.stride
-            let matte = alpha.base + y * alpha.stride
-            let out = output + y * outputStride
-            var first4 = 0
-            if !softOnly {
-                while first4 + 4 <= frame.width {
-                    let under = SIMD16<UInt16>(truncatingIfNeeded: UnsafeRawPointer(back + 4 * first4).loadUnaligned(as: SIMD16<UInt8>.self))
-                    mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: format == .rgba)
-                    first4 += 4
+        let rgba = format == .rgba
+        forEachRows(frame.height, width: frame.width, softOnly: softOnly) { rows in
+            for y in rows {
+                let source = frame.base + y * frame.stride
+                let back = under.base + y * under.stride
+                let matte = alpha.base + y * alpha.stride
+                let out = output + y * outputStride
+                var first4 = 0
+                if !softOnly {
+                    while first4 + 4 <= frame.width {
+                        let under = SIMD16<UInt16>(truncatingIfNeeded: UnsafeRawPointer(back + 4 * first4).loadUnaligned(as: SIMD16<UInt8>.self))
+                        mixFour(source + 4 * first4, over: under, alpha: matte + first4, into: out + 4 * first4, rgba: rgba)
+                        first4 += 4
+                    }
                 }
-            }
-            forEachPixel(in: first4..<frame.width, softOnly: softOnly, matte: matte) { x in
-                let s = source + 4 * x, b = back + 4 * x, o = out + 4 * x
-                let a = UInt32(matte[x]), inverse = 255 &- a
-                o[first] = mix(s[0], a, UInt32(b[0]), inverse)
-                o[1] = mix(s[1], a, UInt32(b[1]), inverse)
-                o[third] = mix(s[2], a, UInt32(b[2]), inverse)
-                o[3] = 255
+                forEachPixel(in: first4..<frame.width, softOnly: softOnly, matte: matte) { x in
+                    let s = source + 4 * x, b = back + 4 * x, o = out + 4 * x
+                    let a = UInt32(matte[x]), inverse = 255 &- a
+                    o[first] = mix(s[0], a, UInt32(b[0]), inverse)
+                    o[1] = mix(s[1], a, UInt32(b[1]), inverse)
+                    o[third] = mix(s[2], a, UInt32(b[2]), inverse)
+                    o[3] = 255
+                }
             }
         }
     }
@@ -373,10 +435,4 @@ public struct Compositor {
             }
         }
     }
-}
-
-private extension SIMD16 where Scalar == UInt16 {
-    /// The alpha byte of each of four BGRA pixels.
-    static let alphaLanes: SIMDMask<SIMD16<Int16>> = [false, false, false, true, false, false, false, true,
-                                                      false, false, false, true, false, false, false, true]
 }

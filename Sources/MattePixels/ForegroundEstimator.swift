@@ -162,19 +162,22 @@ final class ForegroundEstimator {
         softTileGrid.withUnsafeMutableBufferPointer { grid in
             let grid = grid.baseAddress!
             Slices.forEach(of: tileRows, slices: slices) { tileRows, _ in
+                // (a − low) wraps below `low`, so one unsigned compare tests the range. The flags of a tile
+                // row's pixel rows are OR-ed column by column (a plain loop over a whole row vectorises),
+                // then each tile's columns are tested eight at a time.
+                let flags = UnsafeMutablePointer<UInt8>.allocate(capacity: columns * size)
+                defer { flags.deallocate() }
                 for tileY in tileRows {
-                    let rows = (tileY * size)..<min((tileY + 1) * size, height)
+                    flags.update(repeating: 0, count: columns * size)
+                    for y in (tileY * size)..<min((tileY + 1) * size, height) {
+                        let row = alpha.base + y * alpha.stride
+                        for x in 0..<width { flags[x] |= (row[x] &- low) <= span ? 1 : 0 }
+                    }
                     for tileX in 0..<columns {
-                        let start = tileX * size, count = min(size, width - start)
-                        var soft = false
-                        for y in rows where !soft {
-                            let row = alpha.base + y * alpha.stride + start
-                            var any: UInt8 = 0
-                            // (a − low) wraps below `low`, so one unsigned compare tests the range (vectorises).
-                            for x in 0..<count { any |= (row[x] &- low) <= span ? 1 : 0 }
-                            soft = any != 0
-                        }
-                        grid[tileY * columns + tileX] = soft
+                        let words = UnsafeRawPointer(flags + tileX * size)
+                        var any: UInt64 = 0
+                        for word in 0..<(size / 8) { any |= words.loadUnaligned(fromByteOffset: 8 * word, as: UInt64.self) }
+                        grid[tileY * columns + tileX] = any != 0
                     }
                 }
             }

@@ -161,6 +161,74 @@ struct CompositorTests {
         }
     }
 
+    /// Mattes are mostly runs of 0 and 255, which the whole-row passes treat without arithmetic (a run
+    /// of 0 is the colour, a run of 255 over opaque pixels is left as it is in place). In place and
+    /// into another buffer, in both byte orders, with opaque and translucent frame pixels, every width's
+    /// tail: the per-pixel formulas' bytes.
+    @Test(arguments: [16, 47, 259])
+    func runsOfZeroAndOpaqueGiveTheFormulasBytesInPlaceAndNot(width: Int) {
+        var generator = SystemRandomNumberGenerator()
+        let height = 4
+        var frame = (0..<width * height * 4).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        // Rows 0 and 1 opaque (as decoded video is), rows 2 and 3 with any alpha.
+        for i in 0..<(2 * width) { frame[4 * i + 3] = 255 }
+        // Runs of sixteen: all 0, all 255, or mixed.
+        let matte = (0..<height).flatMap { _ in
+            stride(from: 0, to: width, by: 16).flatMap { start -> [UInt8] in
+                let count = min(16, width - start)
+                switch Int.random(in: 0...2, using: &generator) {
+                case 0: return [UInt8](repeating: 0, count: count)
+                case 1: return [UInt8](repeating: 255, count: count)
+                default: return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                }
+            }
+        }
+        let color: UInt32 = 0xFF30_A0F0
+        let colour = [Int(color & 0xFF), Int((color >> 8) & 0xFF), Int((color >> 16) & 0xFF)]  // B, G, R
+        for format in [CompositeFormat.bgra, .rgba] {
+            let (first, third) = format == .bgra ? (0, 2) : (2, 0)
+            var expectedAttached = frame, expectedColor = frame
+            for i in matte.indices {
+                let a = Int(matte[i])
+                for (c, position) in [(0, first), (1, 1), (2, third)] {
+                    let s = Int(frame[4 * i + c])
+                    expectedAttached[4 * i + position] = UInt8(s)
+                    expectedColor[4 * i + position] = UInt8((s * a + colour[c] * (255 - a) + 127) / 255)
+                }
+                expectedAttached[4 * i + 3] = matte[i]
+                expectedColor[4 * i + 3] = 255
+            }
+            for inPlace in format == .bgra ? [false, true] : [false] {
+                var attached = inPlace ? frame : [UInt8](repeating: 7, count: frame.count)
+                var overColor = attached
+                let source = frame
+                matte.withUnsafeBufferPointer { m in
+                    let plane = GrayView(base: m.baseAddress!, width: width, height: height, stride: width)
+                    for isColor in [false, true] {
+                        var target = isColor ? overColor : attached
+                        target.withUnsafeMutableBufferPointer { out in
+                            source.withUnsafeBufferPointer { f in
+                                // In place the frame is the output itself.
+                                let base = inPlace ? UnsafePointer(out.baseAddress!) : f.baseAddress!
+                                let image = BGRAImage(base: base, width: width, height: height, stride: width * 4)
+                                if isColor {
+                                    Compositor.flattenOverColor(frame: image, alpha: plane, output: out.baseAddress!,
+                                                                outputStride: width * 4, format: format, color: color)
+                                } else {
+                                    Compositor.attachAlpha(frame: image, alpha: plane, output: out.baseAddress!,
+                                                           outputStride: width * 4, format: format)
+                                }
+                            }
+                        }
+                        if isColor { overColor = target } else { attached = target }
+                    }
+                }
+                #expect(zip(attached, expectedAttached).filter { $0 != $1 }.isEmpty, "attachAlpha, width \(width), \(format), in place \(inPlace)")
+                #expect(zip(overColor, expectedColor).filter { $0 != $1 }.isEmpty, "flattenOverColor, width \(width), \(format), in place \(inPlace)")
+            }
+        }
+    }
+
     /// The 16-bit division the vector path uses, x / 255 = (x + 1 + x >> 8) >> 8, for every x it meets.
     @Test func divisionBy255InSixteenBitsIsExactForEveryBlend() {
         #expect((0...(255 * 255 + 127)).allSatisfy { x in (x + 1 + (x >> 8)) >> 8 == x / 255 && x + 1 + (x >> 8) < 65536 })

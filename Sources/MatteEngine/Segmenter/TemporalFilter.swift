@@ -1,3 +1,5 @@
+import MattePixels
+
 /// Motion-adaptive temporal smoothing of a per-frame matte (the segmenter's, which has no memory of
 /// its own and flickers at soft, uncertain edges from frame to frame). Each pixel's matte moves
 /// toward the new one by a weight that depends on how much the picture itself changed there: where
@@ -60,27 +62,34 @@ final class TemporalFilter {
             }
             return
         }
-        for i in 0..<count {
-            let (r, g, b) = rgb(i)
-            let y = 0.299 * r + 0.587 * g + 0.114 * b
-            change[i] = abs(y - luma[i])
-            luma[i] = y
+        // Every pixel is computed alone from the previous pass: rows run in slices on the cores (the
+        // same arithmetic per pixel, so the same values), the change everywhere before the blend.
+        let slices = Slices.count(work: .max)
+        Slices.forEach(of: height, slices: slices) { rows, _ in
+            for i in (rows.lowerBound * width)..<(rows.upperBound * width) {
+                let (r, g, b) = rgb(i)
+                let y = 0.299 * r + 0.587 * g + 0.114 * b
+                change[i] = abs(y - luma[i])
+                luma[i] = y
+            }
         }
         let floor = 1 - strength, motionScale = self.motionScale
-        for y in 0..<height {
-            for x in 0..<width {
-                var total: Float = 0, cells: Float = 0
-                for dy in max(y - 1, 0)...min(y + 1, height - 1) {
-                    for dx in max(x - 1, 0)...min(x + 1, width - 1) {
-                        total += change[dy * width + dx]
-                        cells += 1
+        Slices.forEach(of: height, slices: slices) { rows, _ in
+            for y in rows {
+                for x in 0..<width {
+                    var total: Float = 0, cells: Float = 0
+                    for dy in max(y - 1, 0)...min(y + 1, height - 1) {
+                        for dx in max(x - 1, 0)...min(x + 1, width - 1) {
+                            total += change[dy * width + dx]
+                            cells += 1
+                        }
                     }
+                    let motion = min(1, total / cells / motionScale)
+                    let weight = floor + (1 - floor) * motion
+                    let i = y * width + x
+                    matte[i] += weight * (values[i] - matte[i])
+                    values[i] = matte[i]
                 }
-                let motion = min(1, total / cells / motionScale)
-                let weight = floor + (1 - floor) * motion
-                let i = y * width + x
-                matte[i] += weight * (values[i] - matte[i])
-                values[i] = matte[i]
             }
         }
     }
