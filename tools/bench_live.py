@@ -11,6 +11,18 @@ Each configuration is one gst-launch-1.0 run of `--duration` seconds (fps × dur
       ! matanyone [mode=… async-delay=…] engine=… working-size=288 stats-interval=1 [model-dir=…]
       ! video/x-raw,format=BGRA ! fpsdisplaysink (fakesink sync=true max-lateness=20 ms qos=true)
 
+With `--source clip` the source is a real clip instead (the dancer in ../shared/media/test-sample2.mp4
+unless `--clip` names another): its first frames are decoded once to raw BGRA files at the input size
+(build/bench/clip-WxH/, up to 96 frames, about 800 MB at 1080p) and replayed in a loop by multifilesrc
+and rawvideoparse at `--fps`, paced by the syncing sink. A frame then costs the source one file read from
+the page cache (about 1 ms at 1080p): like a capture card, whose DMA costs the CPU nothing, and unlike
+videotestsrc, whose own 1080p rendering takes 12 ms a frame on the streaming thread. It is clock-paced,
+not a live source (no is-live), so the reported latency is not exercised; QoS from the sink is.
+`--outputs` picks what the element makes (each a run of its own): default (BGRA with the element's
+defaults), gray (GRAY8 alpha), color (BGRA over a colour with estimated edge colours) and none
+(BGRA with background=none). `--element-p95-ms` adds a target on the element's own time per frame
+(total-ms p95).
+
 run with `-m -v` under GST_TRACERS=latency. No queue: the element works on the source's thread, as in
 the README's simplest live pipeline. MatAnyone2 is seeded from a fixed mask (a white ball on black,
 made once with videotestsrc): its person segmenter never finds anyone on a test pattern, so seed=auto
@@ -67,6 +79,15 @@ WARMUP_S = 5.0
 MODES = ("sync", "async")
 ALIGNMENTS = ("motion", "none")
 ENGINES = ("matanyone2", "segmenter")
+SOURCES = ("ball", "clip")
+# What the element makes: extra element properties and the caps after it.
+OUTPUTS = {
+    "default": ("", "video/x-raw,format=BGRA"),
+    "gray": ("", "video/x-raw,format=GRAY8"),
+    "color": (" background=color edge-colors=estimated", "video/x-raw,format=BGRA"),
+    "none": (" background=none edge-colors=estimated", "video/x-raw,format=BGRA"),
+}
+CLIP_FRAMES = 96
 TARGETS = {
     "sync": "sink drops ≤ 5 % of the frames the element processed",
     "async": "≥ 29.5 fps out, no frame dropped by the element, alpha-age p95 ≤ 2.5 × the inference time",
@@ -188,6 +209,10 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
         "stats_in_window": len(rows),
         "inference_ms_median": summary(field("inference-ms"))["median"],
         "total_ms_median": summary(field("total-ms"))["median"],
+        # The element's own time per frame, and its stages (median / p95).
+        "total_ms": summary(field("total-ms")),
+        "preprocess_ms": summary(field("preprocess-ms")),
+        "postprocess_ms": summary(field("postprocess-ms")),
         "seed_ms": next((row["seed-ms"] for _, row in stats if "seed-ms" in row), None),
         # Distinct seeded frames: in async mode every frame that wears the seeded alpha carries its
         # seed-ms, and the alpha's own PTS is the frame's less its age.
@@ -209,9 +234,10 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
     }
 
 
-def targets(mode: str, figures: dict) -> dict:
+def targets(mode: str, figures: dict, element_p95_ms: float | None = None) -> dict:
     """The project's targets for `mode`: each check with what was measured and its verdict (None where
-    a figure is missing, e.g. alpha-age-ms from a plugin without async mode)."""
+    a figure is missing, e.g. alpha-age-ms from a plugin without async mode); with `element_p95_ms`,
+    also the element's own time per frame (total-ms p95)."""
     def check(measured, limit, ok):
         return {"measured": measured, "limit": limit, "met": None if measured is None else bool(ok(measured))}
 
@@ -227,8 +253,13 @@ def targets(mode: str, figures: dict) -> dict:
             "alpha-age p95, ms": check(figures["alpha_age_ms"]["p95"] if limit else None, limit,
                                        lambda a: a <= limit),
         }
+    description = TARGETS[mode]
+    if element_p95_ms is not None:
+        checks["element total p95, ms"] = check(figures.get("total_ms", {}).get("p95"), element_p95_ms,
+                                                lambda ms: ms <= element_p95_ms)
+        description += f"; the element's own time per frame p95 ≤ {element_p95_ms:g} ms"
     verdicts = [c["met"] for c in checks.values()]
-    return {"description": TARGETS[mode], "checks": checks,
+    return {"description": description, "checks": checks,
             "met": None if None in verdicts else all(verdicts)}
 
 
@@ -251,10 +282,53 @@ def make_seed_mask(path: Path) -> Path:
     return path
 
 
-def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignment: str | None = None) -> str:
-    """The gst-launch-1.0 description of one run, shell-quoted (split with shlex before launching)."""
+def clip_frames(clip: Path, size: tuple[int, int], work: Path) -> tuple[Path, int]:
+    """The first frames of `clip` as raw BGRA files at `size` (work/clip-WxH/fNNN), decoded once;
+    (the folder, how many frames)."""
+    width, height = size
+    folder = work / f"clip-{width}x{height}"
+    frame_bytes = width * height * 4
+    done = folder / "frames.txt"
+    if done.is_file() and done.read_text().strip() == f"{clip.resolve()} {CLIP_FRAMES}":
+        return folder, len(list(folder.glob("f[0-9][0-9][0-9]")))
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("f[0-9][0-9][0-9]"):
+        old.unlink()
+    whole = folder / "all.bgra"
+    pipeline = (f"filesrc location={shlex.quote(str(clip))} ! decodebin ! videoconvert ! videoscale "
+                f"! video/x-raw,format=BGRA,width={width},height={height} ! identity eos-after={CLIP_FRAMES + 1} "
+                f"! filesink location={shlex.quote(str(whole))}")
+    decoded = subprocess.run(["gst-launch-1.0", "-q"] + shlex.split(pipeline), capture_output=True, text=True)
+    count = whole.stat().st_size // frame_bytes if whole.is_file() else 0
+    if count == 0:
+        sys.exit(f"bench_live: could not decode {clip}:\n{decoded.stdout}{decoded.stderr}")
+    count = min(count, CLIP_FRAMES)
+    with open(whole, "rb") as source:
+        for index in range(count):
+            (folder / f"f{index:03d}").write_bytes(source.read(frame_bytes))
+    whole.unlink()
+    done.write_text(f"{clip.resolve()} {CLIP_FRAMES}\n")
+    return folder, count
+
+
+def source_description(args) -> str:
+    """The source of a run and its caps: videotestsrc live, or the clip's frames replayed (see above)."""
     width, height = args.input_size
-    element = f"matanyone engine={engine} working-size={min(args.working_size)} stats-interval=1"
+    buffers = args.fps * args.duration
+    if getattr(args, "source", "ball") == "clip":
+        location = shlex.quote(str(args.clip_folder / "f%03d"))
+        return (f"multifilesrc name={SOURCE} location={location} index=0 stop-index={args.clip_count - 1} loop=true "
+                f"num-buffers={buffers} ! rawvideoparse width={width} height={height} format=bgra "
+                f"framerate={args.fps}/1")
+    return (f"videotestsrc name={SOURCE} is-live=true pattern=ball num-buffers={buffers} "
+            f"! video/x-raw,format=BGRA,width={width},height={height},framerate={args.fps}/1")
+
+
+def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignment: str | None = None,
+                         output: str = "default") -> str:
+    """The gst-launch-1.0 description of one run, shell-quoted (split with shlex before launching)."""
+    extra, caps = OUTPUTS[output]
+    element = f"matanyone engine={engine} working-size={min(args.working_size)} stats-interval=1{extra}"
     # Only when asked for: a sync run with no delay must also work on a plugin without these properties.
     if mode != "sync" or args.async_delay:
         element += f" mode={mode} async-delay={args.async_delay}"
@@ -264,9 +338,8 @@ def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignm
         element += f" model-dir={shlex.quote(str(Path(args.model_dir).resolve()))}"
     if engine == "matanyone2":
         element += f" seed=mask seed-mask={shlex.quote(str(mask))}"
-    return (f"videotestsrc name={SOURCE} is-live=true pattern=ball num-buffers={args.fps * args.duration} "
-            f"! video/x-raw,format=BGRA,width={width},height={height},framerate={args.fps}/1 ! {element} "
-            f"! video/x-raw,format=BGRA ! fpsdisplaysink name={SINK_BIN} "
+    return (f"{source_description(args)} ! {element} "
+            f"! {caps} ! fpsdisplaysink name={SINK_BIN} "
             f'video-sink="fakesink name={SINK} sync=true max-lateness=20000000 qos=true" '
             "text-overlay=false signal-fps-measurements=false")
 
@@ -304,14 +377,15 @@ def launch(description: str, log_path: Path, limit_s: float) -> tuple[int, str, 
     return returncode, "".join(lines), stopped.is_set()
 
 
-def run_configuration(args, engine: str, mode: str, mask: Path | None, work: Path, alignment: str | None = None) -> dict:
-    description = pipeline_description(args, engine, mode, mask, alignment)
-    name = f"{engine}-{mode}" + (f"-{alignment}" if alignment else "")
+def run_configuration(args, engine: str, mode: str, mask: Path | None, work: Path, alignment: str | None = None,
+                      output: str = "default") -> dict:
+    description = pipeline_description(args, engine, mode, mask, alignment, output)
+    name = f"{engine}-{mode}" + (f"-{alignment}" if alignment else "") + (f"-{output}" if output != "default" else "")
     log_path = work / f"live-{name}.log"
     print(f"{name}: {args.duration} s live run (log: {log_path.relative_to(ROOT)}) …", flush=True)
     # Generous: loading the models and MatAnyone2's seeding come before the first frame.
     returncode, text, stopped = launch(description, log_path, limit_s=2 * args.duration + 60)
-    run = {"engine": engine, "mode": mode, "alignment": alignment, "name": name, "pipeline": description, "log": str(log_path.relative_to(ROOT)),
+    run = {"engine": engine, "mode": mode, "alignment": alignment, "output": output, "name": name, "pipeline": description, "log": str(log_path.relative_to(ROOT)),
            "returncode": returncode, "stopped_after_limit": stopped}
     error = first_error(text)
     if (returncode != 0 and not stopped) or error:
@@ -319,7 +393,7 @@ def run_configuration(args, engine: str, mode: str, mask: Path | None, work: Pat
         print(f"  failed: {run['error']}", flush=True)
         return run
     figures = measure(text)
-    run.update(ok=True, error=None, figures=figures, targets=targets(mode, figures))
+    run.update(ok=True, error=None, figures=figures, targets=targets(mode, figures, args.element_p95_ms))
     return run
 
 
@@ -333,7 +407,9 @@ def print_table(runs: list[dict]) -> None:
     print(header)
     print("-" * len(header))
     for run in runs:
-        label = f"{run['engine']:11s} {run['mode'] + ('/' + run['alignment'] if run.get('alignment') else ''):5s}"
+        kind = run["mode"] + ("/" + run["alignment"] if run.get("alignment") else "")
+        kind += "/" + run["output"] if run.get("output", "default") != "default" else ""
+        label = f"{run['engine']:11s} {kind:5s}"
         if not run["ok"]:
             print(f"{label} FAILED: {run['error']}")
             continue
@@ -355,8 +431,12 @@ def print_table(runs: list[dict]) -> None:
             checks = "; ".join(f"{name} {fmt(c['measured'], '.1f' if isinstance(c['measured'], float) else '')} "
                                f"(limit {fmt(c['limit'], '.1f' if isinstance(c['limit'], float) else '')})"
                                for name, c in run["targets"]["checks"].items())
-            print(f"{run['engine']} {run['mode']} — target: {run['targets']['description']}\n    {checks}")
+            print(f"{run['name']} — target: {run['targets']['description']}\n    {checks}")
             f = run["figures"]
+            if f.get("total_ms", {}).get("median") is not None:
+                print(f"    element per frame {fmt(f['total_ms']['median'])} / {fmt(f['total_ms']['p95'])} ms (median / p95): "
+                      f"pre {fmt(f['preprocess_ms']['median'])}, inference {fmt(f['inference_ms_median'])}, "
+                      f"post {fmt(f['postprocess_ms']['median'])} ms (medians)")
             print(f"    seeds {f['seeds']}; first frame {fmt(f['first_frame_after_playing_s'], '.2f')} s after PLAYING "
                   f"({fmt(f['first_frame_after_launch_s'], '.2f')} s after launch); pts lag "
                   f"{fmt(f['pts_lag_ms']['median'], '.0f')} / {fmt(f['pts_lag_ms']['p95'], '.0f')} ms (median / p95)")
@@ -376,6 +456,10 @@ def main(argv=None) -> int:
     parser.add_argument("--fps", type=int, default=30, help="source frame rate")
     parser.add_argument("--async-delay", type=int, default=0, help="the element's async-delay, ms")
     parser.add_argument("--alignments", default="motion", help="async runs, comma-separated: motion, none")
+    parser.add_argument("--source", default="ball", help="ball (videotestsrc, live) or clip (a real clip replayed)")
+    parser.add_argument("--clip", type=Path, help="--source clip: the clip (default: ../shared/media/test-sample2.mp4)")
+    parser.add_argument("--outputs", default="default", help=f"comma-separated: {', '.join(OUTPUTS)}")
+    parser.add_argument("--element-p95-ms", type=float, help="also a target: the element's total-ms p95 at most this")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "live.json")
     parser.add_argument("--commit", action="store_true", help="also write OUT_DIR/live-<engine>-<mode>.json")
@@ -396,26 +480,41 @@ def main(argv=None) -> int:
     except ValueError:
         sys.exit("bench_live: --size and --input take WxH")
 
+    outputs = [o.strip() for o in args.outputs.split(",") if o.strip()]
+    if not outputs or any(o not in OUTPUTS for o in outputs):
+        sys.exit(f"bench_live: --outputs takes {', '.join(OUTPUTS)}")
+    if args.source not in SOURCES:
+        sys.exit(f"bench_live: --source takes {', '.join(SOURCES)}")
     work = ROOT / "build" / "bench"
     work.mkdir(parents=True, exist_ok=True)
+    if args.source == "clip":
+        shared = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
+        clip = args.clip or shared / "media" / "test-sample2.mp4"
+        if not clip.is_file():
+            sys.exit(f"bench_live: no clip at {clip} (--clip PATH, or MATANYONE_SHARED)")
+        args.clip_folder, args.clip_count = clip_frames(clip, args.input_size, work)
+        args.clip_name = str(clip)
     mask = make_seed_mask(work / "live-seed-mask.png") if "matanyone2" in engines else None
     info, cpu = machine(), cpu_description()
     clock = f", {cpu['ghz']:.2f} GHz" if cpu["ghz"] else ""
     print(f"machine: {cpu['model']} ({cpu['isa']}, {cpu['cores_used']} cores{clock}), {info['memory_gib']} GiB")
-    print(f"input {args.input} at {args.fps} fps, live; {args.duration} s per run; MatAnyone2 at working size "
+    source = "live" if args.source == "ball" else f"{args.clip_count} frames of {args.clip_name} replayed"
+    print(f"input {args.input} at {args.fps} fps, {source}; {args.duration} s per run; MatAnyone2 at working size "
           f"{min(args.working_size)} (short side); figures after the first {WARMUP_S:.0f} s at the sink\n", flush=True)
 
     alignments = [a.strip() for a in args.alignments.split(",") if a.strip()]
     if not alignments or any(a not in ALIGNMENTS for a in alignments):
         sys.exit(f"bench_live: --alignments takes {', '.join(ALIGNMENTS)}")
-    runs = [run_configuration(args, engine, mode, mask, work, alignment if mode == "async" else None)
-            for mode in modes for engine in engines for alignment in (alignments if mode == "async" else [None])]
+    runs = [run_configuration(args, engine, mode, mask, work, alignment if mode == "async" else None, output)
+            for mode in modes for engine in engines for alignment in (alignments if mode == "async" else [None])
+            for output in outputs]
     print()
     print_table(runs)
 
     settings = {"duration_s": args.duration, "fps": args.fps, "input_size": list(args.input_size),
                 "working_size": list(args.working_size), "async_delay_ms": args.async_delay,
-                "model_dir": args.model_dir, "warmup_s": WARMUP_S}
+                "model_dir": args.model_dir, "warmup_s": WARMUP_S, "source": args.source,
+                "clip": getattr(args, "clip_name", None), "element_p95_ms": args.element_p95_ms}
     common = {"machine": info, "cpu": cpu, "settings": settings, "date": time.strftime("%Y-%m-%d")}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({**common, "runs": runs}, indent=2))

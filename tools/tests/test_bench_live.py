@@ -1,14 +1,16 @@
 """tools/bench_live.py: its parsers and figures, on lines captured from real runs of the live pipeline
 (gst-launch-1.0 1.22 -m -v, GST_TRACERS=latency, GST_DEBUG=GST_TRACER:7), stamped as the tool stamps
-them. No GStreamer needed."""
+them. No GStreamer needed, except to decode the clip the clip source replays."""
 
 from __future__ import annotations
 
+import os
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
-from tools.bench_live import (first_error, measure, parse_fps_report, parse_latency_trace, parse_qos,
+from tools.bench_live import (clip_frames, first_error, measure, parse_fps_report, parse_latency_trace, parse_qos,
                               pipeline_description, stamped_lines, targets)
 
 STATS_SEGMENTER = (
@@ -188,3 +190,40 @@ def test_mode_properties_only_when_asked_for(mode, delay, present):
     assert 'num-buffers=450' in description and 'working-size=288' in description
     assert 'seed=' not in description
     assert 'seed=mask seed-mask=/m.png' in pipeline_description(args, 'matanyone2', mode, '/m.png')
+
+
+def test_clip_source_and_outputs_in_description():
+    args = Namespace(input_size=(1920, 1080), working_size=(512, 288), async_delay=0, model_dir=None,
+                     fps=60, duration=20, source='clip', clip_folder=Path('/frames'), clip_count=96)
+    gray = pipeline_description(args, 'segmenter', 'sync', None, output='gray')
+    assert gray.startswith('multifilesrc name=livesrc location=/frames/f%03d index=0 stop-index=95 loop=true '
+                           'num-buffers=1200 ! rawvideoparse width=1920 height=1080 format=bgra framerate=60/1 ! matanyone ')
+    assert '! video/x-raw,format=GRAY8 ! fpsdisplaysink' in gray and 'background=' not in gray
+    color = pipeline_description(args, 'segmenter', 'sync', None, output='color')
+    assert 'background=color edge-colors=estimated' in color and '! video/x-raw,format=BGRA ! fpsdisplaysink' in color
+    assert 'background=none edge-colors=estimated' in pipeline_description(args, 'segmenter', 'sync', None, output='none')
+    args.source = 'ball'
+    assert pipeline_description(args, 'segmenter', 'sync', None).startswith('videotestsrc name=livesrc is-live=true')
+
+
+@pytest.mark.parametrize('p95, met', [(11.5, True), (12.0, True), (12.5, False), (None, None)])
+def test_element_time_target(p95, met):
+    figures = measure(NO_PROPERTY)
+    figures['sink_dropped_percent_of_processed'] = 0.0
+    figures['total_ms'] = {'median': None if p95 is None else p95 - 1, 'p95': p95}
+    result = targets('sync', figures, element_p95_ms=12)
+    assert result['checks']['element total p95, ms']['met'] is met
+    assert result['met'] is met
+    assert 'element total p95, ms' not in targets('sync', figures)['checks']
+
+
+def test_clip_frames_are_decoded_once(tmp_path):
+    clip = Path(os.environ.get('MATANYONE_SHARED', Path(__file__).resolve().parents[3] / 'shared')) / 'media' / 'test-sample2.mp4'
+    folder, count = clip_frames(clip, (64, 36), tmp_path)
+    frames = sorted(folder.glob('f[0-9][0-9][0-9]'))
+    assert count == len(frames) and 90 <= count <= 96  # the clip has 95 frames
+    assert all(frame.stat().st_size == 64 * 36 * 4 for frame in frames)
+    assert not (folder / 'all.bgra').exists()
+    stamp = frames[0].stat().st_mtime_ns
+    assert clip_frames(clip, (64, 36), tmp_path) == (folder, count)
+    assert frames[0].stat().st_mtime_ns == stamp  # not decoded again
