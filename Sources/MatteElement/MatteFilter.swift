@@ -275,11 +275,15 @@ final class MatteFilter {
     }
 
     static let rgbFormats: Set<String> = ["BGRA", "RGBA"]
+    /// Limited range (GST_VIDEO_COLOR_RANGE_16_235), matrix, transfer and primaries unknown, as a
+    /// colorimetry string.
+    static let limitedRangeGray = "2:0:0:0"
 
     /// Caps on the other pad for `caps` on the pad in `direction`.
     func transformCaps(direction: GstPadDirection, caps: UnsafeMutablePointer<GstCaps>,
                        filter: UnsafeMutablePointer<GstCaps>?) -> UnsafeMutablePointer<GstCaps> {
         let formats = direction == GST_PAD_SINK ? sourceFormats() : ["BGRA"]
+        let grayRange = snapshot().grayRange
         var result = gst_caps_new_empty()!
         for index in 0..<gst_caps_get_size(caps) {
             let structure = gst_caps_get_structure(caps, index)!
@@ -291,6 +295,10 @@ final class MatteFilter {
                 // Size, pixel aspect ratio and interlacing carry over as they are.
                 if format == "GRAY8" || !MatteFilter.rgbFormats.contains(given ?? "") {
                     gst_structure_remove_field(copy, "colorimetry")
+                }
+                // The alpha's label (see GrayRange); left open for full range, so that a capsfilter may pick.
+                if format == "GRAY8" && grayRange == .limited {
+                    shim_structure_set_string(copy, "colorimetry", MatteFilter.limitedRangeGray)
                 }
                 gst_structure_remove_field(copy, "chroma-site")
                 shim_structure_set_string(copy, "format", format)

@@ -73,6 +73,21 @@ enum AlphaMode: String, PropertyEnum {
     }
 }
 
+/// The colour range a GRAY8 alpha's caps carry. Its values are 0 (transparent) to 255 (opaque) either
+/// way: the label is for the element downstream. alphacombine combines only streams of one label and
+/// takes the alpha bytes as they are, so beside a limited-range main stream (a default I420/NV12) the
+/// alpha must say limited; videoconvert reads the label and would stretch a limited-labelled alpha.
+enum GrayRange: String, PropertyEnum {
+    case full, limited
+    static let typeName = "GstMatAnyoneGrayRange"
+    var blurb: String {
+        switch self {
+        case .full: return "Full range, what the values are (for videoconvert, encoders, files); downstream caps may ask for another label"
+        case .limited: return "Limited range, values still 0-255 (for alphacombine beside a limited-range main stream, such as a default I420)"
+        }
+    }
+}
+
 extension BackgroundMode: PropertyEnum {
     static let typeName = "GstMatAnyoneBackground"
     var blurb: String {
@@ -210,6 +225,8 @@ struct Settings: Equatable {
     var edgeColors = EdgeColors.estimated
     /// Composites with alpha below 255: straight, as GStreamer's BGRA is.
     var alphaMode = AlphaMode.straight
+    /// GRAY8 output: the colour range its caps carry (the values are full range either way).
+    var grayRange = GrayRange.full
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -283,6 +300,9 @@ struct PropertyDeclaration {
         .enumeration("alpha-mode", "Alpha mode",
                      "Composites whose alpha is below 255 (background=none, a translucent background-color): straight "
                          + "colour, as GStreamer's BGRA/RGBA, or premultiplied by alpha", \.alphaMode, .playing),
+        .enumeration("gray-range", "GRAY8 range",
+                     "GRAY8 output: the colour range its caps say (the values are 0-255 alpha either way): full, or limited "
+                         + "for alphacombine beside a limited-range main stream such as a default I420", \.grayRange, .ready),
         .uint("background-color", "Background colour",
               "Colour under the person for background=color, as ARGB (0xAARRGGBB)", \.backgroundColor, 0...UInt32.max, .playing),
         .string("model-dir", "Model folder", "Folder with the model sets (segmenter/, matanyone2/, each with manifest.json)",

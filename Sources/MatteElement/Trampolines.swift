@@ -251,6 +251,7 @@ private let enumTypes: [String: GType] = [
     BackgroundMode.typeName: registerEnum(BackgroundMode.self),
     EdgeColors.typeName: registerEnum(EdgeColors.self),
     AlphaMode.typeName: registerEnum(AlphaMode.self),
+    GrayRange.typeName: registerEnum(GrayRange.self),
     Alignment.typeName: registerEnum(Alignment.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),

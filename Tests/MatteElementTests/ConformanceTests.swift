@@ -116,6 +116,35 @@ import TestPaths
         #expect(!alphaCaps.contains("bt709") && alphaCaps.contains("pixel-aspect-ratio=(fraction)4/3"), "\(alphaCaps)")
     }
 
+    /// alphacombine takes a GRAY8 alpha only with the main stream's colour range: with gray-range=limited
+    /// the element's alpha joins a default (limited-range) I420 stream, and the combined A420 frame's
+    /// alpha plane is the element's alpha byte for byte; by default the alpha says full range (and
+    /// alphacombine refuses it), which a capsfilter may still change.
+    @Test func limitedRangeGrayJoinsAlphacombine() throws {
+        let source = "videotestsrc num-buffers=3 pattern=ball ! video/x-raw,format=I420,width=64,height=48"
+        func combined(_ range: String) -> PipelineRun {
+            runPipeline("\(source) ! tee name=t t. ! queue ! c.sink t. ! queue ! videoconvert ! video/x-raw,format=BGRA "
+                        + "! \(TestPaths.element) gray-range=\(range) ! video/x-raw,format=GRAY8 ! queue "
+                        + "! alphacombine name=c ! appsink name=out")
+        }
+        let limited = combined("limited")
+        #expect(limited.error == nil && limited.reachedEOS, "\(limited.error?.message ?? "")")
+        let alpha = runPipeline("\(source) ! videoconvert ! video/x-raw,format=BGRA ! \(TestPaths.element) gray-range=limited "
+                                + "! video/x-raw,format=GRAY8 ! appsink name=out")
+        #expect(alpha.caps.first?.contains("colorimetry=(string)2:0:0:0") == true, "\(alpha.caps.first ?? "")")
+        #expect(limited.samples.count == 3 && alpha.samples.count == 3)
+        for (joined, own) in zip(limited.samples, alpha.samples) {
+            #expect(joined.count == 64 * 48 * 3 / 2 + own.count && Array(joined.suffix(own.count)) == own)
+        }
+        #expect(combined("full").error?.message.contains("range") == true)
+        let picked = runPipeline("\(source) ! videoconvert ! video/x-raw,format=BGRA ! \(TestPaths.element) "
+                                 + "! video/x-raw,format=GRAY8,colorimetry=bt601 ! appsink name=out")
+        #expect(picked.error == nil && picked.caps.first?.contains("colorimetry=(string)bt601") == true, "\(picked.caps.first ?? "")")
+        let plain = runPipeline("\(source) ! videoconvert ! video/x-raw,format=BGRA ! \(TestPaths.element) "
+                                + "! video/x-raw,format=GRAY8 ! appsink name=out")
+        #expect(plain.caps.first.map { !$0.contains("2:0:0:0") } == true)
+    }
+
     /// Interlaced input is refused at negotiation with the fix in the message, never matted woven.
     @Test(arguments: ["interleaved", "mixed"]) func interlacedInputIsRefusedWithTheFix(mode: String) throws {
         let run = runPipeline("videotestsrc num-buffers=2 ! video/x-raw,format=BGRA,width=64,height=48,interlace-mode=\(mode) "
