@@ -34,6 +34,7 @@ extension MatteFilter {
             // release thread renders or pushes one).
             let reconfigured = releaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
             guard reconfigured else { return handle.sourceIsFlushing ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED }
+            pushStickyAfterFlush()
             let flow = handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned) } ?? GST_FLOW_ERROR
             releaser?.poke()
             return flow
@@ -281,8 +282,27 @@ extension MatteFilter {
         }
     }
 
-    /// Forgets the queued frames (FLUSH_STOP).
-    func flushHeldFrames() { stream.withLock { $0?.asyncPath?.queue.removeAll() } }
+    /// Forgets the queued frames (FLUSH_STOP), and the events behind them except the sticky ones.
+    func flushHeldFrames() {
+        stream.withLock { state in
+            guard let path = state?.asyncPath else { return }
+            path.stickyAfterFlush += path.queue.flatMap { $0.followingEvents.filter(\.outlivesFlush) }
+            path.queue.removeAll()
+        }
+    }
+
+    /// The sticky events a flush kept (see `stickyAfterFlush`), sent on now: after the new segment,
+    /// before the first frame or EOS after the flush.
+    func pushStickyAfterFlush() {
+        let events = stream.withLock { state -> [OwnedEvent] in
+            guard let path = state?.asyncPath, !path.stickyAfterFlush.isEmpty else { return [] }
+            defer { path.stickyAfterFlush = [] }
+            return path.stickyAfterFlush
+        }
+        guard !events.isEmpty else { return }
+        let send = { for event in events { _ = self.handle.push(event) } }
+        if let releaser = heldFrameReleaser { releaser.exclusively(send) } else { send() }
+    }
 
     /// A frame's own alpha is worth waiting for, even with async-delay=0, when inference takes less
     /// than this (ms): a quarter of a frame at 30 fps. A fast engine (the segmenter, ~5 ms) then gives

@@ -469,9 +469,12 @@ final class MatteFilter {
                 flushHeldFrames()
             }
             resetStream(reason: "FLUSH_STOP")
-        case .endOfStream, .caps:
+        case .endOfStream:
             // Async mode holds frames: they leave before EOS, and before caps of another format.
             // (A failure is on the bus; the event still goes on.)
+            if isAsync { _ = drainHeldFrames() }
+            pushStickyAfterFlush()
+        case .caps:
             if isAsync { _ = drainHeldFrames() }
         case .streamStart:
             waitForHeldFrames()

@@ -37,6 +37,9 @@ final class AsyncPath {
     var maxHeld = 1
     /// EOS or new caps: every held frame leaves now, whatever its deadline.
     var draining = false
+    /// Sticky events (tags) that waited behind frames a flush forgot: a pad keeps its sticky events
+    /// across a flush, so they still go on, before the next frame (or EOS).
+    var stickyAfterFlush: [OwnedEvent] = []
     /// The inference thread failed (its error is on the bus): streaming stops.
     var failed = false
     /// The alpha of frames that leave before the first alpha exists (`no-person-alpha`).

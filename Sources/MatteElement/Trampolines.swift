@@ -178,6 +178,11 @@ final class OwnedEvent {
     private var event: UnsafeMutablePointer<GstEvent>?
     /// Takes over the caller's reference.
     init(taking event: UnsafeMutablePointer<GstEvent>) { self.event = event }
+    /// Sticky, and kept by pads across a flush (tags, sticky custom events; not a segment or EOS).
+    var outlivesFlush: Bool {
+        guard let event, event.pointee.type != GST_EVENT_SEGMENT, event.pointee.type != GST_EVENT_EOS else { return false }
+        return gst_event_type_get_flags(event.pointee.type).rawValue & GST_EVENT_TYPE_STICKY.rawValue != 0
+    }
     /// Hands the reference on (pushed downstream).
     func release() -> UnsafeMutablePointer<GstEvent> {
         defer { event = nil }

@@ -102,6 +102,64 @@ import TestPaths
         }
     }
 
+    /// Sticky events (tags, sticky custom events) held behind frames that a flush forgets still reach
+    /// downstream, after the new segment and before the first frame after the flush, as a pad keeps
+    /// its sticky events across a flush; a plain event behind those frames goes with them.
+    @Test func stickyEventsHeldBehindForgottenFramesOutliveTheFlush() throws {
+        try withSlowHarness("delay-sticky", "async-delay=400") { harness in
+            let order = Order(withPts: true)
+            let probeType = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM.rawValue
+                                            | GST_PAD_PROBE_TYPE_EVENT_FLUSH.rawValue)
+            gst_pad_add_probe(harness.pointee.sinkpad, probeType, recordOrder, Unmanaged.passUnretained(order).toOpaque(), nil)
+            for index in 0..<2 { #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK) }
+            let tags = gst_tag_list_new_from_string("taglist, title=(string)kept-across-the-flush")!
+            #expect(gst_harness_push_event(harness, gst_event_new_tag(tags)) != 0)
+            #expect(gst_harness_push_event(harness, gst_event_new_custom(GST_EVENT_CUSTOM_DOWNSTREAM_STICKY,
+                                                                         gst_structure_new_empty("test-sticky"))) != 0)
+            #expect(gst_harness_push_event(harness, gst_event_new_custom(GST_EVENT_CUSTOM_DOWNSTREAM,
+                                                                         gst_structure_new_empty("test-plain"))) != 0)
+            #expect(gst_harness_push_event(harness, gst_event_new_flush_start()) != 0)
+            #expect(gst_harness_push_event(harness, gst_event_new_flush_stop(1)) != 0)
+            var segment = GstSegment()
+            gst_segment_init(&segment, GST_FORMAT_TIME)
+            #expect(gst_harness_push_event(harness, gst_event_new_segment(&segment)) != 0)
+            #expect(gst_harness_push(harness, frame(10)) == GST_FLOW_OK)
+            #expect(pull(harness, count: 1, within: 5) == 1)
+            let seen = order.seen.withLock { $0 }
+            let afterFlush = Array(seen.drop { $0 != "flush-stop" }.dropFirst())
+            #expect(afterFlush == ["segment", "tag", "test-sticky", "buffer 10"], "\(seen)")
+            #expect(!seen.contains("test-plain"), "\(seen)")
+            let kept = gst_pad_get_sticky_event(harness.pointee.sinkpad, GST_EVENT_TAG, 0)
+            #expect(kept != nil)
+            if let kept {
+                var list: UnsafeMutablePointer<GstTagList>?
+                gst_event_parse_tag(kept, &list)
+                let text = list.flatMap { gst_tag_list_to_string($0) }
+                #expect(text.map { String(cString: $0).contains("kept-across-the-flush") } == true, "\(text.map { String(cString: $0) } ?? "-")")
+                g_free(text)
+                gst_event_unref(kept)
+            }
+        }
+    }
+
+    /// What downstream answers the release thread's push (here EOS: downstream wants no more) reaches
+    /// upstream on its next buffer, as it would from a push on the streaming thread.
+    @Test func aDownstreamFlowReachesUpstream() throws {
+        try withSlowHarness("delay-flow", "async-delay=150") { harness in
+            #expect(gst_harness_push(harness, frame(0)) == GST_FLOW_OK)
+            // Downstream goes EOS while the frame is held: its push will be answered with EOS.
+            #expect(gst_pad_send_event(harness.pointee.sinkpad, gst_event_new_eos()) != 0)
+            var flow = GST_FLOW_OK, index = 1
+            let deadline = Date().addingTimeInterval(5)
+            while flow == GST_FLOW_OK && Date() < deadline {
+                flow = gst_harness_push(harness, frame(index))
+                index += 1
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            #expect(flow == GST_FLOW_EOS)
+        }
+    }
+
     /// At `async-max-frames` upstream waits (no frame is dropped) until the oldest leaves.
     @Test func upstreamWaitsAtTheBound() throws {
         // (Inference outlasts the delay: no frame leaves early with its own alpha.)
@@ -178,7 +236,12 @@ private let recordOrder: GstPadProbeCallback = { _, info, data in
     } else if let event = info!.pointee.data?.assumingMemoryBound(to: GstEvent.self) {
         if event.pointee.type == GST_EVENT_FLUSH_STOP {
             order.seen.withLock { $0.append("flush-stop") }
-        } else if event.pointee.type == GST_EVENT_CUSTOM_DOWNSTREAM, let structure = gst_event_get_structure(event) {
+        } else if event.pointee.type == GST_EVENT_TAG {
+            order.seen.withLock { $0.append("tag") }
+        } else if event.pointee.type == GST_EVENT_SEGMENT {
+            order.seen.withLock { $0.append("segment") }
+        } else if event.pointee.type == GST_EVENT_CUSTOM_DOWNSTREAM || event.pointee.type == GST_EVENT_CUSTOM_DOWNSTREAM_STICKY,
+                  let structure = gst_event_get_structure(event) {
             order.seen.withLock { $0.append(String(cString: gst_structure_get_name(structure))) }
         }
     }
