@@ -18,6 +18,7 @@ extension MatteFilter {
         // One clock reading per buffer, for the gap rule and predictive QoS alike.
         let timing = handle.liveTiming(of: buffer)
         arrived(handle.arrival(of: buffer, timing: timing), pts: buffer.pointee.pts)
+        watchBacklog(timing)
         if isAsync {
             let owned = OwnedBuffer(taking: buffer)
             let releaser = heldFrameReleaser

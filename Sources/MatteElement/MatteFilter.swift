@@ -82,6 +82,10 @@ final class MatteFilter {
         var live = false
         var downstreamQoS = false
         var lastAdmitted: UInt64?
+        /// Since when (running time) frames have arrived far behind their time, and whether that
+        /// was said (see `watchBacklog`).
+        var behindSince: UInt64?
+        var warnedBehind = false
     }
     private let liveTiming = Locked(LiveTiming())
 
@@ -562,6 +566,36 @@ final class MatteFilter {
 
     /// A QoS event came from downstream: a sink there synchronises to the clock.
     private func sawDownstreamQoS() { liveTiming.withLock { $0.downstreamQoS = true } }
+
+    /// A live chain whose sink sends no QoS (udpsink, a sink without sync) drops nothing when the
+    /// element is slower than the stream: frames reach it ever later and nothing says so. When they
+    /// arrive more than `backlogAllowanceNs` past their time (beyond the pipeline's latency) for a
+    /// second of stream time, a WARNING says so with the fixes, once per run.
+    func watchBacklog(_ timing: (runningTime: UInt64, now: UInt64)?) {
+        guard let timing else { return }
+        let lagMs: Double? = liveTiming.withLock { live in
+            guard live.live, !live.downstreamQoS, !live.warnedBehind else { return nil }
+            guard timing.now > timing.runningTime &+ (live.configuredLatency ?? 0) &+ MatteFilter.backlogAllowanceNs else {
+                live.behindSince = nil
+                return nil
+            }
+            let since = live.behindSince ?? timing.runningTime
+            live.behindSince = since
+            guard timing.runningTime >= since &+ 1_000_000_000 else { return nil }
+            live.warnedBehind = true
+            return Double(timing.now - timing.runningTime) / 1e6
+        }
+        guard let lagMs else { return }
+        let costMs = latency.withLock { $0.tracker.expectedMs(fallbackMs: $0.warmUpMs) }
+        ErrorMapping.postWarning(
+            "the chain falls behind the live stream: frames reach this element \(Int(lagMs)) ms after their time (it takes about "
+            + "\(Int(costMs.rounded())) ms a frame), and no element downstream sends QoS, so nothing drops the late ones. "
+            + "Use mode=async (every frame at the input rate), a faster output (GRAY8, edge-colors=original) or engine, "
+            + "a sink with qos=true, or a leaky queue in front", on: handle)
+    }
+
+    /// How far past its time (beyond the pipeline latency) a live frame may arrive before the chain counts as behind.
+    static let backlogAllowanceNs: UInt64 = 1_000_000_000
 
     /// Predictive QoS: a live frame whose running time plus the pipeline latency (when the sink will
     /// show it) comes before now plus what this element expects a frame to cost would reach the sink

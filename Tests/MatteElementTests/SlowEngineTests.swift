@@ -113,6 +113,28 @@ final class SlowEngine: MattingEngine {
         #expect(!settled.isEmpty && settled.allSatisfy { $0 < 1500 }, "lag behind the clock (ms): \(settled)")
     }
 
+    /// A live chain whose sink sends no QoS (as udpsink) cannot drop what the slow element makes late:
+    /// a WARNING says it falls behind, with the fixes, once; with a sink that sends QoS the element
+    /// drops late frames itself and says nothing of the kind.
+    @Test func fallingBehindWithoutQoSIsReported() {
+        func run(_ name: String, qos: Bool) -> PipelineRun {
+            var result = PipelineRun()
+            _ = withSlowEngines(name, seedMs: 100, frameMs: 100) {
+                result = runPipeline("videotestsrc is-live=true pattern=ball num-buffers=60 "
+                                     + "! video/x-raw,format=BGRA,width=160,height=96,framerate=30/1 "
+                                     + "! \(TestPaths.element) name=\(name) ! fakesink sync=true qos=\(qos)")
+            }
+            return result
+        }
+        let behind = run("behind-noqos", qos: false)
+        #expect(behind.error == nil && behind.reachedEOS)
+        let said = behind.warnings.filter { $0.contains("falls behind") }
+        #expect(said.count == 1, "\(behind.warnings)")
+        #expect(said.first.map { $0.contains("mode=async") && $0.contains("QoS") } == true)
+        let dropping = run("behind-qos", qos: true)
+        #expect(dropping.error == nil && !dropping.warnings.contains { $0.contains("falls behind") }, "\(dropping.warnings)")
+    }
+
     /// The same slowness in async mode: inference blocks nothing, and still one seed.
     @Test func asyncModeWithASlowEngineSeedsOnce() {
         let (run, engines) = runSlowLive("slow-async", seedMs: 2500, buffers: 240, extra: "mode=async")
