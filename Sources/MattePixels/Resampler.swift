@@ -231,6 +231,22 @@ public final class Resampler {
                     }
                     let out = destination.base + y * destination.stride
                     for chunk in 0..<chunks {
+                        // Where every tap row holds the same sixteen bytes (most of a matte: all 0 or all
+                        // 255), the blend is those bytes: the weights sum to exactly 256, and
+                        // (256·v + 128) >> 8 = v.
+                        let first = UnsafeRawPointer(taps[0]!) + 16 * chunk
+                        let low = first.loadUnaligned(as: UInt64.self), high = first.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
+                        var same = true
+                        for t in 1..<vTaps where same {
+                            let row = UnsafeRawPointer(taps[t]!) + 16 * chunk
+                            same = row.loadUnaligned(as: UInt64.self) == low && row.loadUnaligned(fromByteOffset: 8, as: UInt64.self) == high
+                        }
+                        if same {
+                            let target = UnsafeMutableRawPointer(out + 16 * chunk)
+                            target.storeBytes(of: low, as: UInt64.self)
+                            target.storeBytes(of: high, toByteOffset: 8, as: UInt64.self)
+                            continue
+                        }
                         var sum = SIMD16<UInt16>(repeating: 128)  // rounds the >> 8 below to nearest
                         for t in 0..<vTaps {
                             let row = UnsafeRawPointer(taps[t]!).loadUnaligned(fromByteOffset: 16 * chunk, as: SIMD16<UInt8>.self)
