@@ -15,8 +15,8 @@ same frames at every strength. Measured on the output (alpha in 0…1, in grey l
 - jitter where the picture moves: mean |α_{t+1} − 2α_t + α_{t−1}| at the soft edge where the
   picture changed (luma change above 2 levels): an edge moving steadily has none, one that
   flickers while it moves has much (no motion estimate needed to tell them apart).
-With `--alignments none,motion` each strength also runs with `smoothing-alignment=motion` (the
-previous matte moved along the picture's motion before it is averaged), as rows "S/motion".
+(Commit ce4b5f5 also ran each strength with the smoothing following the picture's motion, as rows
+"S/motion": bench/flicker-smoothing-alignment-2core-avx512.json. In place won; it was reverted.)
 No ground truth exists for these clips; the figures compare strengths on the same frames.
 """
 from __future__ import annotations
@@ -45,12 +45,11 @@ def decode(clip: Path, frames: int, width: int, height: int, out: Path) -> np.nd
     return data[: count * width * height * 4].reshape(count, height, width, 4)
 
 
-def matte(raw: Path, count: int, width: int, height: int, strength: int, out: Path, alignment: str = "none") -> np.ndarray:
+def matte(raw: Path, count: int, width: int, height: int, strength: int, out: Path) -> np.ndarray:
     # GRAY8 rows are padded to 4 bytes: keep widths that are multiples of 4.
-    extra = [] if alignment == "none" else [f"smoothing-alignment={alignment}"]
     subprocess.run(["gst-launch-1.0", "-q", "filesrc", f"location={raw}", "!",
                     "rawvideoparse", "format=bgra", f"width={width}", f"height={height}", "framerate=25/1", "!",
-                    "matanyone", "engine=segmenter", f"temporal-smoothing={strength}", *extra, "!", "video/x-raw,format=GRAY8", "!",
+                    "matanyone", "engine=segmenter", f"temporal-smoothing={strength}", "!", "video/x-raw,format=GRAY8", "!",
                     "filesink", f"location={out}"], check=True)
     data = np.fromfile(out, dtype=np.uint8)
     return data[: count * width * height].reshape(count, height, width).astype(np.float32) / 255
@@ -67,8 +66,7 @@ def box(values: np.ndarray, radius: int) -> np.ndarray:
 
 
 def metrics(frames: np.ndarray, alphas: dict) -> dict:
-    """Figures of each matte sequence in `alphas` (keyed by strength, or "S/motion"; key 0 is the
-    unsmoothed reference)."""
+    """Figures of each matte sequence in `alphas` (keyed by strength; key 0 is the unsmoothed reference)."""
     rgb = frames[..., [2, 1, 0]].astype(np.float32) / 255
     luma = rgb @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
     change = box(np.abs(np.diff(luma, axis=0)), 2)
@@ -100,7 +98,6 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=150)
     parser.add_argument("--size", default="640x360")
     parser.add_argument("--strengths", default="0,25,50,75,90")
-    parser.add_argument("--alignments", default="none", help="comma-separated smoothing-alignment values: none, motion")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "flicker.json")
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
@@ -115,17 +112,11 @@ def main() -> int:
             raw = Path(scratch) / "frames.bgra"
             frames = decode(clip, args.frames, width, height, raw)
             alphas = {s: matte(raw, len(frames), width, height, s, Path(scratch) / f"alpha-{s}.gray") for s in strengths}
-            for alignment in (a.strip() for a in args.alignments.split(",")):
-                if alignment and alignment != "none":
-                    for s in strengths:
-                        if s > 0:
-                            alphas[f"{s}/{alignment}"] = matte(raw, len(frames), width, height, s,
-                                                               Path(scratch) / f"alpha-{s}-{alignment}.gray", alignment)
             results[clip.name] = {str(key): row for key, row in metrics(frames, alphas).items()}
             print(f"{clip.name}: {len(frames)} frames at {width}x{height}")
             print(f"  {'strength':>9} {'flicker (levels)':>17} {'lag (levels)':>13} {'dtSSD vs 0':>11} {'moving jitter':>14}")
             for key, row in results[clip.name].items():
-                print(f"  {key + ('%' if '/' not in key else ''):>9} {row['flicker_levels']:>17.3f} {row['lag_levels']:>13.3f} "
+                print(f"  {key + '%':>9} {row['flicker_levels']:>17.3f} {row['lag_levels']:>13.3f} "
                       f"{row['dtssd_vs_unsmoothed']:>11.3f} {row['jitter_moving_levels']:>14.3f}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"size": args.size, "frames": args.frames, "clips": results}, indent=2))

@@ -189,7 +189,6 @@ final class MatteFilter {
         options.session.device = Int(settings.gpuDevice)
         options.precision = settings.precision
         options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
-        options.smoothingFollowsMotion = settings.smoothingAlignment == .motion
         var parameters = MatAnyone2Parameters()
         parameters.memEvery = Int(settings.memEvery)
         parameters.maxMemFrames = Int(settings.maxMemFrames)

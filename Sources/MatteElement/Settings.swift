@@ -73,18 +73,6 @@ enum AlphaMode: String, PropertyEnum {
     }
 }
 
-/// Segmenter: whether its temporal smoothing follows the picture's motion.
-enum SmoothingAlignment: String, PropertyEnum {
-    case none, motion
-    static let typeName = "GstMatAnyoneSmoothingAlignment"
-    var blurb: String {
-        switch self {
-        case .none: return "The previous matte averaged in place; where the picture moves the new matte is taken as it is"
-        case .motion: return "The previous matte moved along the picture's motion first, so a moving person is smoothed too"
-        }
-    }
-}
-
 /// The colour range a GRAY8 alpha's caps carry. Its values are 0 (transparent) to 255 (opaque) either
 /// way: the label is for the element downstream. alphacombine combines only streams of one label and
 /// takes the alpha bytes as they are, so beside a limited-range main stream (a default I420/NV12) the
@@ -239,8 +227,6 @@ struct Settings: Equatable {
     var alphaMode = AlphaMode.straight
     /// GRAY8 output: the colour range its caps carry (the values are full range either way).
     var grayRange = GrayRange.full
-    /// Segmenter: temporal smoothing in place or along the motion.
-    var smoothingAlignment = SmoothingAlignment.none
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -368,10 +354,6 @@ struct PropertyDeclaration {
         .uint("temporal-smoothing", "Temporal smoothing",
               "Segmenter: how strongly the matte of still parts of the picture is averaged over time against flicker, "
                   + "in percent (0 = off); where the picture moves the matte follows at once", \.temporalSmoothing, 0...99, .ready),
-        .enumeration("smoothing-alignment", "Smoothing alignment",
-                     "Segmenter with temporal-smoothing: average the previous matte in place (none) or moved along the "
-                         + "picture's motion first (motion: a moving person is smoothed too; about 1 ms a frame more)",
-                     \.smoothingAlignment, .ready),
         .uint("max-people", "Maximum people",
               "MatAnyone2: people tracked at once, each with its own memory (seed=auto: the segmenter's separate "
                   + "regions; seed=mask: the mask's grey levels, else its regions); the alpha is their union",

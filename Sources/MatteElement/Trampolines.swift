@@ -257,7 +257,6 @@ private let enumTypes: [String: GType] = [
     EdgeColors.typeName: registerEnum(EdgeColors.self),
     AlphaMode.typeName: registerEnum(AlphaMode.self),
     GrayRange.typeName: registerEnum(GrayRange.self),
-    SmoothingAlignment.typeName: registerEnum(SmoothingAlignment.self),
     Alignment.typeName: registerEnum(Alignment.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),

@@ -53,8 +53,6 @@ public struct EngineOptions: Equatable, Sendable {
     public var memoryBudget: Int
     /// Segmenter: motion-adaptive temporal smoothing, 0 (off) … 1 (see TemporalFilter).
     public var temporalSmoothing: Double = 0
-    /// Segmenter: the smoothing follows the picture's motion (see TemporalFilter.followsMotion).
-    public var smoothingFollowsMotion = false
     /// MatAnyone2: where data stays between models (automatic: on the GPU when the models run there).
     public var dataPlacement = DataPlacement.automatic
     /// The CPU precision=bf16 is decided on (this machine's; tests hand in others).

@@ -61,8 +61,7 @@ public final class SegmenterEngine: MattingEngine {
         output = try Tensor(runtime: runtime, shape: outputSpec.shape, name: "segmenter output")
         binding = try session.bind(inputs: [session.inputs[0].name: input], outputs: [outputSpec.name: output])
         smoothing = options.temporalSmoothing > 0
-            ? TemporalFilter(width: inputWidth, height: inputHeight, strength: Float(options.temporalSmoothing),
-                             followsMotion: options.smoothingFollowsMotion) : nil
+            ? TemporalFilter(width: inputWidth, height: inputHeight, strength: Float(options.temporalSmoothing)) : nil
     }
 
     public var provider: ExecutionProvider { session.provider }

@@ -11,35 +11,22 @@ import MattePixels
 ///
 /// ΔY is the luma change at the model's resolution, averaged over a 3×3 neighbourhood so that
 /// sensor noise does not count as motion.
-///
-/// `followsMotion`: the previous matte and luma are first moved along the picture's motion (dense
-/// optical flow at half the model's size), and ΔY is what the motion does not explain. A moving
-/// person is then smoothed along their motion instead of taken as it is, and where the motion cannot
-/// be followed (it comes from outside the picture, or explains nothing) the weight goes to 1 as before.
 final class TemporalFilter {
     let width: Int, height: Int
     /// 0 (off) … 1 (a still pixel's matte hardly changes).
     let strength: Float
     /// Luma change (0…1) that counts as full motion: 0.06 is ~15 grey levels.
     let motionScale: Float
-    let followsMotion: Bool
     private var matte: [Float]
     private var luma: [Float]
     private var change: [Float]
     private var primed = false
-    // followsMotion: the flow and the planes moved along it.
-    private let flow = OpticalFlow()
-    private var flowUp: Resampler?
-    private var current: [Float] = []
-    private var previousMatte: [Float] = []
-    private var previousLuma: [Float] = []
 
-    init(width: Int, height: Int, strength: Float, motionScale: Float = 0.06, followsMotion: Bool = false) {
+    init(width: Int, height: Int, strength: Float, motionScale: Float = 0.06) {
         self.width = width
         self.height = height
         self.strength = min(max(strength, 0), 1)
         self.motionScale = motionScale
-        self.followsMotion = followsMotion
         matte = [Float](repeating: 0, count: width * height)
         luma = [Float](repeating: 0, count: width * height)
         change = [Float](repeating: 0, count: width * height)
@@ -56,10 +43,6 @@ final class TemporalFilter {
         // exclusivity check and a uniqueness check on every access (~10 % of a segmenter frame).
         let wasPrimed = primed
         primed = true
-        if followsMotion && wasPrimed {
-            moveAlongMotion(rgb: rgb)
-            return blend(values)
-        }
         matte.withUnsafeMutableBufferPointer { matte in
         luma.withUnsafeMutableBufferPointer { luma in
         change.withUnsafeMutableBufferPointer { change in
@@ -109,66 +92,5 @@ final class TemporalFilter {
                 }
             }
         }
-    }
-
-    /// followsMotion: the previous matte and luma moved to this frame along the motion from it back
-    /// to the previous one (`matte`, `luma` hold them afterwards), `change` what the motion does not
-    /// explain (1 where the point came from outside the picture), and this frame's luma in `current`.
-    private func moveAlongMotion(rgb: (Int) -> (Float, Float, Float)) {
-        let count = width * height, width = self.width, height = self.height
-        if current.count != count { current = [Float](repeating: 0, count: count) }
-        for i in 0..<count {
-            let (r, g, b) = rgb(i)
-            current[i] = 0.299 * r + 0.587 * g + 0.114 * b
-        }
-        // Half the model's size: the flow's cost is per pixel, and a matte this coarse needs no finer motion.
-        let now = LumaPlane(width: width, height: height, values: current).halved()
-        let before = LumaPlane(width: width, height: height, values: luma).halved()
-        if flowUp?.sourceWidth != now.width || flowUp?.sourceHeight != now.height {
-            flowUp = Resampler(sourceWidth: now.width, sourceHeight: now.height, targetWidth: width, targetHeight: height)
-        }
-        let back = OpticalFlow.upsampled(flow.flow(from: now, to: before), width: width, height: height, with: flowUp)
-        previousMatte = matte
-        previousLuma = luma
-        previousMatte.withUnsafeBufferPointer { oldMatte in
-        previousLuma.withUnsafeBufferPointer { oldLuma in
-            for y in 0..<height {
-                for x in 0..<width {
-                    let i = y * width + x
-                    let sx = Float(x) + back.dx[i], sy = Float(y) + back.dy[i]
-                    guard sx >= 0, sy >= 0, sx <= Float(width - 1), sy <= Float(height - 1) else {
-                        change[i] = 1  // from outside the picture: nothing to follow
-                        continue
-                    }
-                    matte[i] = bilinear(oldMatte.baseAddress!, width: width, height: height, x: sx, y: sy)
-                    change[i] = abs(current[i] - bilinear(oldLuma.baseAddress!, width: width, height: height, x: sx, y: sy))
-                }
-            }
-        }}
-        swap(&luma, &current)
-    }
-
-    /// The blend of `smooth`, on `change` and `matte` as `moveAlongMotion` left them.
-    private func blend(_ values: UnsafeMutablePointer<Float>) {
-        let width = self.width, height = self.height, floor = 1 - strength, motionScale = self.motionScale
-        change.withUnsafeBufferPointer { change in
-        matte.withUnsafeMutableBufferPointer { matte in
-            for y in 0..<height {
-                for x in 0..<width {
-                    var total: Float = 0, cells: Float = 0
-                    for dy in max(y - 1, 0)...min(y + 1, height - 1) {
-                        for dx in max(x - 1, 0)...min(x + 1, width - 1) {
-                            total += change[dy * width + dx]
-                            cells += 1
-                        }
-                    }
-                    let motion = min(1, total / cells / motionScale)
-                    let weight = floor + (1 - floor) * motion
-                    let i = y * width + x
-                    matte[i] += weight * (values[i] - matte[i])
-                    values[i] = matte[i]
-                }
-            }
-        }}
     }
 }
