@@ -15,6 +15,9 @@ extension MatteFilter {
     /// then queued (async), dropped before any work (predictive QoS) or handed to the base class.
     func submit(_ buffer: UnsafeMutablePointer<GstBuffer>?, isDiscont: gboolean) -> GstFlowReturn {
         guard let buffer else { return handle.parentSubmitInputBuffer(buffer, isDiscont: isDiscont) }
+        // When the frame came: what may hold it up below (room in the queue, a push in progress,
+        // the motion) must not push its async-delay deadline later.
+        let arrivalMs = monotonicMs()
         // One clock reading per buffer, for the gap rule and predictive QoS alike.
         let timing = handle.liveTiming(of: buffer)
         arrived(handle.arrival(of: buffer, timing: timing), pts: buffer.pointee.pts)
@@ -32,11 +35,14 @@ extension MatteFilter {
             }
             // What the base class's own submit_input_buffer does first: renegotiate when downstream
             // asked (RECONFIGURE), before any output buffer is allocated (and never while the
-            // release thread renders or pushes one).
-            let reconfigured = releaser.map { $0.exclusively { handle.reconfigure() } } ?? handle.reconfigure()
+            // release thread renders or pushes one: only then does upstream wait for that push,
+            // which a syncing sink holds until the frame's time).
+            let reconfigured = releaser.map { releaser in
+                handle.sourceNeedsReconfigure ? releaser.exclusively { handle.reconfigure() } : true
+            } ?? handle.reconfigure()
             guard reconfigured else { return handle.sourceIsFlushing ? GST_FLOW_FLUSHING : GST_FLOW_NOT_NEGOTIATED }
             pushStickyAfterFlush()
-            let flow = handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned) } ?? GST_FLOW_ERROR
+            let flow = handle.withMappedFrame(buffer, .input) { submitAsync($0, buffer: owned, arrivalMs: arrivalMs) } ?? GST_FLOW_ERROR
             releaser?.poke()
             return flow
         }
@@ -173,7 +179,7 @@ extension MatteFilter {
 
     /// Takes an input frame (the buffer reference passes to the queue): handed to the inference
     /// thread (which keeps the newest), its motion estimated, queued.
-    private func submitAsync(_ input: VideoFrameView, buffer: OwnedBuffer) -> GstFlowReturn {
+    private func submitAsync(_ input: VideoFrameView, buffer: OwnedBuffer, arrivalMs: Double) -> GstFlowReturn {
         var posts: [Post] = []
         let flow = stream.withLock { state -> GstFlowReturn in
             guard let state, let (path, matting) = state.running else { return GST_FLOW_NOT_NEGOTIATED }
@@ -192,7 +198,7 @@ extension MatteFilter {
                     path.motionMs = 0
                 }
             }
-            path.queue.append(QueuedFrame(buffer: buffer, pts: pts, arrivalMs: monotonicMs()))
+            path.queue.append(QueuedFrame(buffer: buffer, pts: pts, arrivalMs: arrivalMs))
             return GST_FLOW_OK
         }
         for post in posts { deliver(post) }

@@ -111,6 +111,9 @@ struct ElementHandle {
     /// Renegotiates when downstream asked (RECONFIGURE); false when that failed.
     func reconfigure() -> Bool { gst_base_transform_reconfigure(transform) != 0 }
 
+    /// Whether downstream asked to renegotiate (the flag `reconfigure` acts on, not cleared).
+    var sourceNeedsReconfigure: Bool { gst_pad_needs_reconfigure(transform.pointee.srcpad) != 0 }
+
     var sourceIsFlushing: Bool { transform.pointee.srcpad.pointee.object.flags & GST_PAD_FLAG_FLUSHING.rawValue != 0 }
 
     var qosEnabled: Bool { gst_base_transform_is_qos_enabled(transform) != 0 }
