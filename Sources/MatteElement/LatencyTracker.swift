@@ -45,7 +45,8 @@ struct LatencyTracker {
     /// Adds one frame's processing time; returns true when the pipeline should be told. An
     /// underestimate past `underestimateRatio` counts at once: a pipeline configured for less than a
     /// frame costs shows frames late, and predictive QoS then drops frames that would have been on
-    /// time. Once settled, any drift past `driftRatio` counts too (an overestimate only adds latency).
+    /// time. Once settled, an overestimate past `driftRatio` counts too, when a step down may be taken
+    /// (an overestimate only adds latency).
     mutating func add(_ ms: Double, nowMs: Double = monotonicMs()) -> Bool {
         samples[next] = ms
         next = (next + 1) % samples.count
@@ -54,7 +55,6 @@ struct LatencyTracker {
         let current = currentMs
         let canLower = nowMs - loweredAtMs >= stepDownIntervalMs
         let drifted = current > (1 + underestimateRatio) * reportedMs
-            || (filled >= settled && current > (1 + driftRatio) * reportedMs)
             || (filled >= settled && canLower && current < (1 - driftRatio) * reportedMs)
         if drifted { awaitingAnswer = true }
         return drifted
