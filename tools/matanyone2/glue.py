@@ -80,11 +80,11 @@ class Models:
 # ============================================================================================
 # padding (upstream utils/tensor_utils.py: pad_divide_by / unpad)
 
-def pad_amounts(height: int, width: int, d: int = 16) -> tuple[int, int, int, int]:
-    """Centred zero padding to multiples of d: (top, bottom, left, right); odd remainders put the
-    extra row/column at the bottom/right."""
-    new_h = height if height % d == 0 else height + d - height % d
-    new_w = width if width % d == 0 else width + d - width % d
+def pad_amounts(height: int, width: int, d: int = 16, minimum: int = 0) -> tuple[int, int, int, int]:
+    """Centred zero padding to multiples of d (and at least `minimum`): (top, bottom, left, right);
+    odd remainders put the extra row/column at the bottom/right."""
+    new_h = max(minimum, height if height % d == 0 else height + d - height % d)
+    new_w = max(minimum, width if width % d == 0 else width + d - width % d)
     top, left = (new_h - height) // 2, (new_w - width) // 2
     return top, new_h - height - top, left, new_w - width - left
 
@@ -260,14 +260,18 @@ class WorkingMemory:
 class MatAnyone2Glue:
     def __init__(self, model_dir: str | Path, *, warmup: int | None = None,
                  seed_dilate: int | None = None, seed_erode: int | None = None,
-                 intra_op_threads: int = 0, models: Models | None = None):
-        # `models`: sessions of model_dir made by the caller (e.g. a subclass that records calls)
+                 intra_op_threads: int = 0, models: Models | None = None,
+                 top_k: int | None = None, mem_every: int | None = None,
+                 max_mem_frames: int | None = None, stagger_updates: int | None = None):
+        # `models`: sessions of model_dir made by the caller (e.g. a subclass that records calls);
+        # the keyword settings override the manifest's (the element's properties, tools/serve)
         self.models = models if models is not None else Models(model_dir, intra_op_threads)
         cfg = self.models.manifest['config']
-        self.top_k = int(cfg['top_k'])                    # 30
-        self.mem_every = int(cfg['mem_every'])            # 5
-        self.max_mem_frames = int(cfg['max_mem_frames'])  # 5
-        stagger = int(cfg['stagger_updates'])             # 5
+        pick = lambda given, key: int(cfg[key] if given is None else given)
+        self.top_k = pick(top_k, 'top_k')                            # 30
+        self.mem_every = pick(mem_every, 'mem_every')                # 5
+        self.max_mem_frames = pick(max_mem_frames, 'max_mem_frames')  # 5
+        stagger = pick(stagger_updates, 'stagger_updates')           # 5
         self.warmup = int(cfg.get('warmup', 10) if warmup is None else warmup)
         self.seed_dilate = int(cfg.get('seed_dilate', 10) if seed_dilate is None else seed_dilate)
         self.seed_erode = int(cfg.get('seed_erode', 10) if seed_erode is None else seed_erode)
@@ -293,6 +297,7 @@ class MatAnyone2Glue:
         self.last_pix_feat = None   # [1, CV, h, w] previous frame's pix_feat
         self.last_mask_value = None  # [1, CV, h, w] previous frame's mask-encoder value
         self.passes = 0             # network passes run (for statistics)
+        self.last_uncertainty = None  # [1, 1, h, w] uncert_prob of the last ordinary frame
 
     # ---------------------------------------------------------------------------------------
     def _image(self, frame: np.ndarray) -> np.ndarray:
@@ -347,13 +352,19 @@ class MatAnyone2Glue:
         self.pads = pad_amounts(*self.size)
         if mask.shape != self.size:
             raise ValueError(f'mask shape {mask.shape} != frame size {self.size}')
+        enc = self._encode(self._image(frame))   # frame 0 never changes: its encoding is reused
+        seed = prepare_seed_mask(mask, self.seed_dilate, self.seed_erode)      # [H, W]
+        return self.start_encoded(enc, seed, self.size, self.pads)
 
+    def start_encoded(self, enc: dict, seed: np.ndarray, size, pads, warmup: int | None = None) -> np.ndarray:
+        """`start` on a frame already encoded (`enc`, padded by `pads`; the caller's frame is `size`)
+        with a prepared seed alpha float32 [H, W] in [0, 1]; `warmup` overrides the warm-up count.
+        (Several objects share one encoding this way: the server's people, tools/serve.)"""
+        self.reset()
+        self.size, self.pads = tuple(size), pads
         # ---- seed step: upstream step(image, mask, objects=[1]) -------------------------
         self.t = 0
-        image = self._image(frame)
-        enc = self._encode(image)   # frame 0 never changes: its encoding is reused below
-        seed = prepare_seed_mask(mask, self.seed_dilate, self.seed_erode)      # [H, W]
-        alpha = pad_chw(seed[None], self.pads)[None]                           # [1,1,Hp,Wp]
+        alpha = pad_chw(seed[None].astype(np.float32), self.pads)[None]      # [1,1,Hp,Wp]
         h, w = enc['pix_feat'].shape[2:]
         self.sensory = np.zeros((1, enc['pix_feat'].shape[1], h, w), np.float32)
         self.last_alpha = alpha
@@ -362,7 +373,7 @@ class MatAnyone2Glue:
         self.passes += 1
 
         # ---- warm-up: upstream step(image, first_frame_pred=True), warmup + 1 times ------
-        for _ in range(self.warmup + 1):
+        for _ in range((self.warmup if warmup is None else warmup) + 1):
             alpha = self._first_frame_pass(enc)
         return self._output(alpha)
 
@@ -395,12 +406,16 @@ class MatAnyone2Glue:
         """One ordinary frame (t >= 1) -> alpha [H, W]."""
         if self.memory.frames == 0:
             raise RuntimeError('call start(frame0, mask) first')
+        return self.step_encoded(self._encode(self._image(frame)))
+
+    def step_encoded(self, enc: dict) -> np.ndarray:
+        """`step` on a frame already encoded (padded as the seed's frame was)."""
+        if self.memory.frames == 0:
+            raise RuntimeError('call start(frame0, mask) first')
         self.t += 1
         is_mem_frame = (self.t - self.last_mem_t) >= self.mem_every
         update_sensory = (self.t - self.last_mem_t) in self.stagger_ti
 
-        image = self._image(frame)
-        enc = self._encode(image)
         ck = enc['key'].shape[1]
         h, w = enc['key'].shape[2:]
         hw = h * w
@@ -418,6 +433,7 @@ class MatAnyone2Glue:
                             last_mask=self.last_alpha,
                             mem_val_diff=readout - self.last_mask_value)['uncert_prob']
         visual = readout * p + self.last_mask_value * (np.float32(1.0) - p)
+        self.last_uncertainty = p                                        # [1,1,h,w] (the quality watch's)
 
         mem_readout = self.models.run(
             'readout', pix_feat=enc['pix_feat'], visual_readout=visual, sensory=self.sensory,
