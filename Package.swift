@@ -4,7 +4,7 @@ import PackageDescription
 // Layering (as in gst-plugins-rs), each target seeing only those below it:
 //
 //   MattePixels            image views, slicing, resampling, compositing: Foundation only
-//   MatteEngine            engines, ONNX Runtime, motion: never GStreamer
+//   MatteEngine            engines, ONNX Runtime, motion, the inference-server client: never GStreamer
 //   MatteElement           the element: GStreamer, never ONNX Runtime
 //   GstMatAnyonePlugin     gst-plugin/: only exports the plugin descriptor
 let package = Package(
@@ -26,10 +26,17 @@ let package = Package(
             pkgConfig: "openblas",
             providers: [.apt(["libopenblas-dev"])]
         ),
+        // libcurl: the inference-server client's HTTP (keep-alive, TLS through the system's CA store).
+        .systemLibrary(
+            name: "CCurl",
+            path: "Sources/CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
         .target(name: "MattePixels", path: "Sources/MattePixels", swiftSettings: [.unsafeFlags(["-O"])]),
         .target(
             name: "MatteEngine",
-            dependencies: ["MattePixels", "COnnxRuntime", "COpenBLAS"],
+            dependencies: ["MattePixels", "COnnxRuntime", "COpenBLAS", "CCurl"],
             path: "Sources/MatteEngine",
             swiftSettings: [.unsafeFlags(["-O"])]
         ),

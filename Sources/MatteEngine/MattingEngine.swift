@@ -14,8 +14,8 @@ public enum EngineChoice: String, CaseIterable, Sendable {
     case auto, segmenter, matanyone2
 }
 
-/// The engine for `choice`: `auto` runs MatAnyone2 when a MatAnyone2 set is installed, else the
-/// segmenter. Either precision's set counts, so that with precision=int8 and only the fp32 set the
+/// The engine for `choice`: `auto` runs MatAnyone2 when an inference server is named or a MatAnyone2
+/// set is installed, else the segmenter. Either precision's set counts, so that with precision=int8 and only the fp32 set the
 /// user gets the error that says how to make the int8 set rather than a silent switch.
 public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameters: MatAnyone2Parameters,
                        workingShortSide: Int, seed: () throws -> SeedSource) throws -> MattingEngine {
@@ -24,7 +24,9 @@ public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameter
     case .segmenter: useMatAnyone2 = false
     case .matanyone2: useMatAnyone2 = true
     case .auto:
-        useMatAnyone2 = ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision)
+        // (An inference server serves MatAnyone2 whatever is installed here.)
+        useMatAnyone2 = options.server != nil
+            || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision)
             || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .fp32)
     }
     guard useMatAnyone2 else { return try SegmenterEngine(options: options) }
@@ -57,6 +59,8 @@ public struct EngineOptions: Equatable, Sendable {
     public var dataPlacement = DataPlacement.automatic
     /// The CPU precision=bf16 is decided on (this machine's; tests hand in others).
     public var cpuFeatures = CpuFeatures.current
+    /// MatAnyone2's networks on an inference server instead of in this process (nil: here).
+    public var server: ServerOptions?
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
                 session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
                 memoryBudget: Int = MemoryBudget.default) {
@@ -91,6 +95,10 @@ public struct FrameReport {
     public var watchUncertainty = -1.0
     /// Tracks (re)started or stopped on this frame.
     public var events: [TrackEvent] = []
+    /// What the engine has to say about its surroundings since the last frame (once each).
+    public var notices: [EngineNotice] = []
+    /// The inference server's share of this frame (nil in-process).
+    public var server: ServerTiming?
 
     public init(modelCount: Int) { modelMs = [Double](repeating: 0, count: modelCount) }
 
@@ -103,6 +111,8 @@ public struct FrameReport {
         for index in modelMs.indices { modelMs[index] = 0 }
         for index in personMs.indices { personMs[index] = 0 }
         events.removeAll(keepingCapacity: true)
+        notices.removeAll(keepingCapacity: true)
+        server = nil
     }
 }
 
@@ -120,6 +130,8 @@ public protocol MattingEngine: AnyObject {
     /// Whether the data between models stays in the provider's memory (on a GPU: only the frame goes
     /// up and the alpha comes down).
     var dataOnDevice: Bool { get }
+    /// The inference server the models run on (its address), nil when they run in this process.
+    var server: String? { get }
     /// Forgets all temporal state (a new stream, a seek, new caps).
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).
@@ -136,6 +148,7 @@ public protocol MattingEngine: AnyObject {
 extension MattingEngine {
     public var precision: ModelPrecision { .fp32 }
     public var dataOnDevice: Bool { false }
+    public var server: String? { nil }
 
     /// Stateless engines have nothing to seed.
     public func reseed(_ source: SeedSource?) {}

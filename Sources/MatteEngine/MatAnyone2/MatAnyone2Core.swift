@@ -166,29 +166,26 @@ final class MatAnyone2Core {
     }
     var valueDim: Int { tensors.lastMaskValue.shape[1] }
 
-    /// The last alpha as a person mask (alpha > 0.5), `width`×`height`.
-    func personMask() -> [Bool] {
-        var mask = [Bool](repeating: false, count: width * height)
-        let source = alpha
-        for y in 0..<height {
-            for x in 0..<width { mask[y * width + x] = source[y * paddedWidth + x] > 0.5 }
-        }
-        return mask
-    }
-
     /// MatAnyone2's uncertainty (uncert_prob) of the last ordinary frame, averaged over the grid cells
     /// whose centre lies on the person (all cells when none does).
     func meanUncertainty(over person: [Bool]) throws -> Double {
-        let columns = paddedWidth / 16, rows = paddedHeight / 16
         var uncertainty = tensors.uncertainty
         if case let .device(device) = glue {
             try device.graphs.copy([(from: tensors.uncertainty, to: device.uncertaintyDownloaded)])
             uncertainty = device.uncertaintyDownloaded
         }
+        return MatAnyone2Core.meanUncertainty(uncertainty.data, columns: paddedWidth / 16, rows: paddedHeight / 16, padTop: padTop,
+                                              padLeft: padLeft, width: width, height: height, over: person)
+    }
+
+    /// The mean of a stride-16 grid of uncertainties over the cells whose centre lies on `person` (a
+    /// mask of the unpadded working size), or over all cells when none does.
+    static func meanUncertainty(_ grid: UnsafePointer<Float>, columns: Int, rows: Int, padTop: Int, padLeft: Int,
+                                width: Int, height: Int, over person: [Bool]) -> Double {
         var onPerson = 0.0, count = 0, everywhere = 0.0
         for row in 0..<rows {
             for column in 0..<columns {
-                let p = Double(uncertainty.data[row * columns + column])
+                let p = Double(grid[row * columns + column])
                 everywhere += p
                 let y = row * 16 + 8 - padTop, x = column * 16 + 8 - padLeft
                 if y >= 0, y < height, x >= 0, x < width, person[y * width + x] {

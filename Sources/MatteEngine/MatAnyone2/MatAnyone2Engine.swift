@@ -19,21 +19,21 @@ public final class MatAnyone2Engine: MattingEngine {
     private static let reportedModels = MatAnyone2Core.modelNames + [EngineKind.segmenter.rawValue]
     /// Where the seeding segmenter's time goes in a `FrameReport`, found by its name.
     private static let segmenterSlot = reportedModels.firstIndex(of: EngineKind.segmenter.rawValue)!
+    /// The model set's folder (in-process), or the inference server's address.
     public let directory: String
     public let parameters: MatAnyone2Parameters
     /// Short side of the working size (multiple of 16); 0 keeps the frame's size.
     public let workingShortSide: Int
 
-    private let manifest: ModelManifest
-    private let sessions: [String: Session]
-    private let memoryBudget: Int
+    /// Where the networks run: this process, or an inference server (`inference-server`).
+    private enum Home {
+        case local(LocalModels)
+        case server(StepClient)
+    }
+    private let home: Home
     private let segmenter: SegmenterEngine?
-    /// The glue's graphs when data stays on the models' device (shared by every core); nil: host.
-    private let deviceGraphs: DeviceGraphs?
-    /// One core per person slot at the current working size; `cores[0]` owns the encoder's tensors
-    /// and encodes each frame once for all of them.
-    private var cores: [MatAnyone2Core] = []
-    private var core: MatAnyone2Core? { cores.first }
+    /// Every person slot at the current working size (nil until the first frame).
+    private var tracks: Tracks?
     private var watch: QualityWatch
     private var framesSinceWatch = 0
     /// Everyone left (the watch stopped every track): the next seed is a re-entry.
@@ -63,69 +63,24 @@ public final class MatAnyone2Engine: MattingEngine {
         guard workingShortSide == 0 || workingShortSide >= 16 else {
             throw EngineError.badSettings(detail: "working-size must be 0 (the frame's size) or at least 16 (got \(workingShortSide))")
         }
-        // bf16's prerequisites (the CPU, the provider, the OpenVINO build) are settings to change, said first.
-        let bf16Runtime = options.precision == .bf16 ? try MatAnyone2Engine.openBf16Runtime(options) : nil
-        directory = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: options.precision)
-        if let maker = options.precision.maker,
-           !ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision) {
-            let fp32 = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .fp32)
-            let name = options.precision.rawValue
-            throw EngineError.modelMissing(
-                path: directory, hint: "precision=\(name) needs the \(name) set made from the fp32 one: "
-                    + "\(options.precision.makerPython) -m \(maker) --src \(fp32) --out \(directory) "
-                    + "(from the gst-matanyone checkout), or precision=fp32.")
-        }
-        manifest = try ModelManifest.load(directory: directory)
-        guard manifest.precision == options.precision else {
-            throw EngineError.modelInvalid(path: directory + "/manifest.json",
-                                           detail: "this is the \(manifest.precision.rawValue) set but precision=\(options.precision.rawValue) "
-                                               + "was asked for: set precision=\(manifest.precision.rawValue), or point model-dir at the "
-                                               + "folder holding matanyone2/ and "
-                                               + (options.precision == .fp32 ? "the other sets" : "matanyone2-\(options.precision.rawValue)/"))
-        }
-        try manifest.validate(directory: directory, engine: EngineKind.matanyone2.rawValue, required: MatAnyone2Core.modelNames)
-        guard manifest.dynamicSize != false else {
-            throw EngineError.modelInvalid(path: directory + "/manifest.json",
-                                           detail: "this engine needs a model set exported with dynamic sizes")
-        }
-        let runtime = try bf16Runtime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
-        var choice = try runtime.choose(options.precision == .bf16 ? .cpu : options.session.provider, device: options.session.device)
-        let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
-        let sessions = try runtime.open(&choice) { provider in
-            var config = options.session
-            config.provider = provider
-            var sessions: [String: Session] = [:]
-            for name in MatAnyone2Core.modelNames {
-                sessions[name] = try manifest.openSession(name, directory: directory, runtime: runtime, config: config)
+        if let server = options.server {
+            guard options.precision == .fp32 else {
+                throw EngineError.badSettings(detail: "precision=\(options.precision.rawValue) chooses the model set run in this process; "
+                                              + "with inference-server the server's repository decides (leave precision=fp32)")
             }
-            return sessions
+            home = .server(try StepClient(options: server, parameters: parameters))
+            directory = server.url
+            providerNote = nil
+            onDevice = false
+        } else {
+            let local = try LocalModels(options: options, parameters: parameters)
+            home = .local(local)
+            directory = local.directory
+            providerNote = local.providerNote
+            onDevice = local.deviceGraphs != nil
         }
-        self.sessions = sessions
-        providerNote = choice.fallbackReason ?? (options.precision == .bf16 && options.cpuFeatures.bf16SlowerThanFp32
-            ? "precision=bf16 on this CPU (\(options.cpuFeatures.modelName)): Intel's AVX512_BF16 without AMX ran MatAnyone2 "
-                + "1.17-1.29x slower than fp32 a frame where measured (scripts/bench.sh --precision bf16 measures it here); "
-                + "precision=fp32 is likely faster" : nil)
         self.parameters = parameters
         watch = QualityWatch(settings: parameters.watch, tracks: parameters.maxPeople)
-        memoryBudget = options.memoryBudget
-        // The whole step schedule built once at the smallest size: a manifest whose shapes the glue
-        // cannot use fails here, when the element starts, not at negotiation.
-        let smallest = try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
-                                          width: 32, height: 32, parameters: parameters)
-        // On a GPU the glue's arithmetic and the memory read run there too (see DeviceGraphs), so
-        // that only the frame goes up and the alpha comes down.
-        let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
-        // (OpenVINO runs on the host's memory: the host path, which Swift does fastest there.)
-        onDevice = options.dataPlacement == .device || (options.dataPlacement == .automatic && [.cuda, .tensorrt].contains(provider))
-        if onDevice {
-            var config = options.session
-            // TensorRT would build an engine for every shape of these tiny graphs (the bank grows frame by
-            // frame): they run on CUDA, in the same GPU memory.
-            config.provider = provider == .tensorrt ? .cuda : provider
-            deviceGraphs = try DeviceGraphs(runtime: runtime, keyDim: smallest.keyDim, valueDim: smallest.valueDim, config: config)
-        } else {
-            deviceGraphs = nil
-        }
         self.workingShortSide = workingShortSide
         seedSource = seed
         // The segmenter seeds automatically; without it only a mask can seed. It judges frames one
@@ -140,32 +95,6 @@ public final class MatAnyone2Engine: MattingEngine {
         }
     }
 
-    /// precision=bf16 runs on CPUs that compute bf16, through OpenVINO on the CPU, from a runtime that has
-    /// it: runtime-library when set, else the OpenVINO build set-up installs (never the plain CPU build,
-    /// which has no bf16 path).
-    private static func openBf16Runtime(_ options: EngineOptions) throws -> OnnxRuntime {
-        if let problem = options.cpuFeatures.bf16Problem { throw EngineError.badSettings(detail: problem) }
-        guard [.cpu, .auto, .openvino].contains(options.session.provider) else {
-            throw EngineError.badSettings(detail: "precision=bf16 is CPU arithmetic (OpenVINO on the CPU) and cannot run with "
-                                              + "execution-provider=\(options.session.provider.rawValue): on a GPU use precision=fp16, "
-                                              + "or set execution-provider=cpu")
-        }
-        var path = options.runtimeLibrary
-        if path.isEmpty {
-            path = OnnxRuntime.openvinoLibraryPath
-            guard FileManager.default.fileExists(atPath: path) else {
-                throw EngineError.runtimeUnavailable(detail: "precision=bf16 runs through ONNX Runtime's OpenVINO build, which is "
-                                                         + "not installed at \(path). " + setupHint)
-            }
-        }
-        let runtime = try OnnxRuntime.shared(explicitPath: path)
-        guard runtime.availableProviders().contains(ExecutionProvider.openvino.ortName) else {
-            throw EngineError.badSettings(detail: "precision=bf16 runs through OpenVINO, and the ONNX Runtime at \(runtime.libraryPath) "
-                                              + "has no OpenVINO execution provider: leave runtime-library empty (scripts/setup.sh "
-                                              + "installs the OpenVINO build into \(OnnxRuntime.openvinoLibraryPath)), or name that build")
-        }
-        return runtime
-    }
 
     /// Working size for a frame: the frame's aspect, short side `workingShortSide`, both sides
     /// multiples of 16 (so 1920×1080 → 512×288 and 1080×1920 → 288×512).
@@ -180,24 +109,41 @@ public final class MatAnyone2Engine: MattingEngine {
         return (short, long)
     }
 
-    public var provider: ExecutionProvider { sessions["encoder"]!.provider }
+    /// In-process: the networks' provider. With an inference server: the CPU (where the element's own
+    /// seeding segmenter runs; `server` says where the networks do).
+    public var provider: ExecutionProvider {
+        if case let .local(local) = home { return local.provider }
+        return .cpu
+    }
     public let providerNote: String?
     /// Whether data stays on the models' device: every tensor but the frame in memory the runtime
     /// allocates there, the glue's arithmetic and the memory read as graphs run there (else Swift + BLAS).
     public let onDevice: Bool
     public var dataOnDevice: Bool { onDevice }
+    /// The inference server the networks run on (its address), or nil in-process.
+    public var server: String? {
+        if case let .server(client) = home { return client.address }
+        return nil
+    }
+    private var local: LocalModels? {
+        if case let .local(local) = home { return local }
+        return nil
+    }
+    private var localTracks: LocalTracks? { tracks as? LocalTracks }
     /// The current working size's tensors are in the provider's memory (tests).
-    var tensorsOnDevice: Bool { core?.onDevice ?? false }
+    var tensorsOnDevice: Bool { localTracks?.cores[0].onDevice ?? false }
     /// Each model's provider (tests: a bf16 set runs some on OpenVINO, the rest on the CPU provider).
-    var providers: [String: ExecutionProvider] { sessions.mapValues(\.provider) }
+    var providers: [String: ExecutionProvider] { local?.sessions.mapValues(\.provider) ?? [:] }
     /// Bytes the glue moved between host and device so far (tests; 0 on the host path).
-    var glueBytesAcrossTheBus: Int { deviceGraphs?.bytesAcrossTheBus ?? 0 }
+    var glueBytesAcrossTheBus: Int { local?.deviceGraphs?.bytesAcrossTheBus ?? 0 }
     /// The host tensors the models of the current working size read or write (tests).
-    var hostTensorsBoundToModels: Set<String> { cores.reduce(into: Set()) { $0.formUnion($1.hostTensorsBoundToModels) } }
-    public var precision: ModelPrecision { manifest.precision }
+    var hostTensorsBoundToModels: Set<String> {
+        localTracks?.cores.reduce(into: Set()) { $0.formUnion($1.hostTensorsBoundToModels) } ?? []
+    }
+    public var precision: ModelPrecision { local?.manifest.precision ?? .fp32 }
 
     public func reset() {
-        cores.forEach { $0.reset() }
+        tracks?.reset()
         watch = QualityWatch(settings: parameters.watch, tracks: parameters.maxPeople)
         framesSinceWatch = 0
         everyoneLeft = false
@@ -211,9 +157,9 @@ public final class MatAnyone2Engine: MattingEngine {
 
     public func replaceSeed(_ source: SeedSource) { seedSource = source }
 
-    public var isSeeded: Bool { cores.contains { $0.started } }
+    public var isSeeded: Bool { tracks?.isTrackingAnyone ?? false }
 
-    /// Builds the cores for this size and times one seed step plus one pass on a blank frame for every
+    /// Builds the tracks for this size and times one seed step plus one pass on a blank frame for every
     /// person slot (about one ordinary frame's work with max-people tracked: the latency a live
     /// pipeline is told must hold when everyone is there; without the warm-up passes a real seed
     /// runs); then forgets them. With
@@ -227,11 +173,11 @@ public final class MatAnyone2Engine: MattingEngine {
         let black = [UInt8](repeating: 0, count: width * height * 4)
         let start = monotonicMs()
         try black.withUnsafeBufferPointer { pixels in
-            let cores = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))
-            cores[0].image.fill(0)
-            try cores[0].encode()
-            for core in cores { try core.start(seed: [Float](repeating: 0, count: core.width * core.height), warmupPasses: 0, encoded: true) }
-            cores.forEach { $0.reset() }
+            let tracks = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))
+            tracks.loadBlack()
+            let blank = [Float](repeating: 0, count: tracks.width * tracks.height)
+            try tracks.run((0..<tracks.slots).map { .start($0, seed: blank, warmupPasses: 0) })
+            tracks.reset()
         }
         let elapsed = monotonicMs() - start
         if case .automatic = seedSource, let segmenter {
@@ -243,15 +189,18 @@ public final class MatAnyone2Engine: MattingEngine {
     /// The last frame's alpha at working size, before resampling and quantisation (for checks): the
     /// union of everyone tracked, or one person's (1-based) own.
     public func workingAlpha(person: Int? = nil) -> (alpha: [Float], width: Int, height: Int)? {
-        let tracked = cores.enumerated().filter { $0.element.started && (person == nil || $0.offset == person! - 1) }
-        guard let first = tracked.first?.element else { return nil }
-        var out = [Float](repeating: 0, count: first.width * first.height)
-        for (_, core) in tracked {
-            for y in 0..<core.height {
-                for x in 0..<core.width { out[y * core.width + x] = max(out[y * core.width + x], core.alpha[y * core.paddedWidth + x]) }
+        guard let tracks else { return nil }
+        let tracked = (0..<tracks.slots).filter { tracks.isTracking($0) && (person == nil || $0 == person! - 1) }
+        guard !tracked.isEmpty else { return nil }
+        let (width, height, stride) = (tracks.width, tracks.height, tracks.alphaStride)
+        var out = [Float](repeating: 0, count: width * height)
+        for slot in tracked {
+            let alpha = tracks.alpha(slot)
+            for y in 0..<height {
+                for x in 0..<width { out[y * width + x] = max(out[y * width + x], alpha[y * stride + x]) }
             }
         }
-        return (out, first.width, first.height)
+        return (out, width, height)
     }
 
     public func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
@@ -259,30 +208,55 @@ public final class MatAnyone2Engine: MattingEngine {
     }
 
     private func matteFrame(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        guard case let .server(client) = home else { return try matteTracked(frame, into: alpha, report: &report) }
+        defer {
+            report.server = client.takeTiming()
+            report.notices += client.takeNotices()
+        }
+        do {
+            try matteTracked(frame, into: alpha, report: &report)
+        } catch ServerFault.stateLost {
+            // The server restarted (or forgot an idle stream): the track starts over on this frame.
+            reset()
+            do {
+                try matteTracked(frame, into: alpha, report: &report)
+            } catch ServerFault.unreachable {
+                withoutPerson(alpha, report: &report)
+            }
+        } catch ServerFault.unreachable {
+            // (The client said so once, when it stopped answering; it retries with backoff.)
+            withoutPerson(alpha, report: &report)
+        }
+    }
+
+    /// A frame without anyone tracked: `no-person-alpha` everywhere.
+    private func withoutPerson(_ alpha: GrayImage, report: inout FrameReport) {
+        fill(alpha, with: parameters.noPersonAlpha)
+        report.seeded = false
+        report.people = 0
+        report.memoryFrames = 0
+    }
+
+    private func matteTracked(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         let start = monotonicMs()
-        let cores = try prepare(for: frame)
-        cores.forEach { $0.clearTimings() }
-        if report.personMs.count != cores.count { report.personMs = [Double](repeating: 0, count: cores.count) }
-        let primary = cores[0]
+        let tracks = try prepare(for: frame)
+        tracks.clearTimings()
+        if report.personMs.count != tracks.slots { report.personMs = [Double](repeating: 0, count: tracks.slots) }
         let preprocessEnd: Double
         if !isSeeded {
             // The seed first: with automatic seeding, frames without a person are never scaled.
             let seeds = try seedMasks(for: frame, report: &report)
             guard !seeds.isEmpty else {
                 let seedEnd = monotonicMs()
-                fill(alpha, with: parameters.noPersonAlpha)
-                report.seeded = false
-                report.people = 0
-                report.memoryFrames = 0
+                withoutPerson(alpha, report: &report)
                 report.preprocessMs = seedEnd - start
                 report.postprocessMs = monotonicMs() - seedEnd
                 return
             }
-            scaleIntoCore(frame, primary)
+            tracks.load(frame, through: down!)
             preprocessEnd = monotonicMs()
-            try primary.encode()
-            for (slot, seed) in seeds.enumerated() {
-                try cores[slot].start(seed: seed, encoded: true)
+            try tracks.run(seeds.enumerated().map { .start($0, seed: $1, warmupPasses: nil) })
+            for slot in seeds.indices {
                 watch.forget(track: slot)
                 if everyoneLeft { report.events.append(TrackEvent(person: slot + 1, reason: .reentry, iou: -1, uncertainty: -1)) }
             }
@@ -290,30 +264,30 @@ public final class MatAnyone2Engine: MattingEngine {
             framesSinceWatch = 0
             report.seedMs = monotonicMs() - preprocessEnd
         } else {
-            scaleIntoCore(frame, primary)
+            tracks.load(frame, through: down!)
             preprocessEnd = monotonicMs()
-            try primary.encode()
-            for core in cores where core.started { try core.step(encoded: true) }
+            try tracks.run((0..<tracks.slots).filter { tracks.isTracking($0) }.map { .step($0) })
             framesSinceWatch += 1
             if parameters.watch.interval > 0, framesSinceWatch >= parameters.watch.interval, segmenter != nil {
                 framesSinceWatch = 0
-                try runWatch(frame, report: &report)
+                try runWatch(frame, tracks: tracks, report: &report)
             }
         }
         let inferenceEnd = monotonicMs()
-        let tracked = cores.filter(\.started)
+        let tracked = (0..<tracks.slots).filter { tracks.isTracking($0) }
         if tracked.isEmpty {
             fill(alpha, with: parameters.noPersonAlpha)
         } else if tracked.count == 1 {
-            up!.resample(tracked[0].alpha, sourceStride: tracked[0].paddedWidth, into: alpha)
+            up!.resample(tracks.alpha(tracked[0]), sourceStride: tracks.alphaStride, into: alpha)
         } else {
             // Several people: the union (max) of their alphas.
-            let width = primary.width
-            if union.count != width * primary.height { union = [Float](repeating: 0, count: width * primary.height) }
-            for y in 0..<primary.height {
+            let (width, height, stride) = (tracks.width, tracks.height, tracks.alphaStride)
+            if union.count != width * height { union = [Float](repeating: 0, count: width * height) }
+            let alphas = tracked.map { tracks.alpha($0) }
+            for y in 0..<height {
                 for x in 0..<width {
                     var value: Float = 0
-                    for core in tracked { value = max(value, core.alpha[y * core.paddedWidth + x]) }
+                    for person in alphas { value = max(value, person[y * stride + x]) }
                     union[y * width + x] = value
                 }
             }
@@ -323,14 +297,12 @@ public final class MatAnyone2Engine: MattingEngine {
         report.preprocessMs = preprocessEnd - start
         report.inferenceMs = inferenceEnd - preprocessEnd
         report.postprocessMs = end - inferenceEnd
-        report.memoryMs = cores.reduce(0) { $0 + $1.memoryMs }
-        for index in primary.modelMs.indices { report.modelMs[index] = cores.reduce(0) { $0 + $1.modelMs[index] } }
-        for (slot, core) in cores.enumerated() {
-            report.personMs[slot] = core.memoryMs + core.modelMs.dropFirst().reduce(0, +)  // [0] is the shared encoder
-        }
+        report.memoryMs = tracks.memoryMs
+        for (index, ms) in tracks.modelMs.enumerated() { report.modelMs[index] = ms }
+        for slot in 0..<tracks.slots { report.personMs[slot] = tracks.personMs(slot) }
         report.seeded = !tracked.isEmpty
         report.people = tracked.count
-        report.memoryFrames = tracked.map(\.memoryFrames).max() ?? 0
+        report.memoryFrames = tracked.map { tracks.memoryFrames($0) }.max() ?? 0
     }
 
     private func fill(_ alpha: GrayImage, with value: UInt8) {
@@ -341,13 +313,16 @@ public final class MatAnyone2Engine: MattingEngine {
     /// overlaps most (IoU of the masks, and MatAnyone2's own uncertainty there), and re-seeded from
     /// that person when they disagree for `patience` checks; a track that overlaps nobody for that
     /// long stops (its person left); someone the tracks do not cover gets a free slot.
-    private func runWatch(_ frame: BGRAImage, report: inout FrameReport) throws {
+    private func runWatch(_ frame: BGRAImage, tracks: Tracks, report: inout FrameReport) throws {
         let people = try segmenterPeople(frame, report: &report)
         let masks = people.map(\.mask)
         var claimed = Set<Int>()
         var worstIoU: Double?, worstUncertainty: Double?
-        for (slot, core) in cores.enumerated() where core.started {
-            let track = core.personMask()
+        // What the watch decides, run as one batch at the end (on an inference server: one request).
+        var operations: [TrackOperation] = []
+        var tracking = (0..<tracks.slots).map { tracks.isTracking($0) }
+        for slot in 0..<tracks.slots where tracking[slot] {
+            let track = tracks.personMask(slot)
             var best: (index: Int, iou: Double)?
             for (index, person) in masks.enumerated() where !claimed.contains(index) {
                 let iou = PersonMasks.intersectionOverUnion(track, person)
@@ -357,56 +332,56 @@ public final class MatAnyone2Engine: MattingEngine {
             // off them entirely is drift); with several, a track overlapping nobody has lost its person.
             let matched = best.flatMap { parameters.maxPeople == 1 || $0.iou > 0.02 ? $0 : nil }
             if let matched { claimed.insert(matched.index) }
-            let uncertainty = try core.meanUncertainty(over: track)
+            let uncertainty = try tracks.meanUncertainty(slot, over: track)
             worstIoU = min(worstIoU ?? 1, matched?.iou ?? 0)
             worstUncertainty = max(worstUncertainty ?? 0, uncertainty)
             switch watch.judge(track: slot, iou: matched?.iou, uncertainty: matched == nil ? nil : uncertainty) {
             case .keep:
                 break
             case .reseed:
-                let reseedStart = monotonicMs()
-                try core.start(seed: people[matched!.index].seed, encoded: true)
-                report.seedMs += monotonicMs() - reseedStart
+                operations.append(.start(slot, seed: people[matched!.index].seed, warmupPasses: nil))
                 report.events.append(TrackEvent(person: slot + 1, reason: .drift, iou: matched!.iou, uncertainty: uncertainty))
             case .stop:
-                core.reset()
+                operations.append(.stop(slot))
+                tracking[slot] = false
                 watch.forget(track: slot)
                 report.events.append(TrackEvent(person: slot + 1, reason: .personLeft, iou: matched?.iou ?? 0, uncertainty: uncertainty))
             }
         }
         for (index, person) in people.enumerated() where !claimed.contains(index) {
-            guard isSeeded, let free = cores.firstIndex(where: { !$0.started }) else { break }
-            let seedStart = monotonicMs()
-            try cores[free].start(seed: person.seed, encoded: true)
-            report.seedMs += monotonicMs() - seedStart
+            guard tracking.contains(true), let free = tracking.firstIndex(of: false) else { break }
+            operations.append(.start(free, seed: person.seed, warmupPasses: nil))
+            tracking[free] = true
             watch.forget(track: free)
             report.events.append(TrackEvent(person: free + 1, reason: .newPerson, iou: -1, uncertainty: -1))
+        }
+        if !operations.isEmpty {
+            let seedStart = monotonicMs()
+            try tracks.run(operations)
+            if operations.contains(where: { if case .start = $0 { return true } else { return false } }) {
+                report.seedMs += monotonicMs() - seedStart
+            }
         }
         if !isSeeded { everyoneLeft = true }
         if let worstIoU { report.watchIoU = worstIoU }
         if let worstUncertainty { report.watchUncertainty = worstUncertainty }
     }
 
-    /// The frame, scaled to the working size, into the core's image input.
-    private func scaleIntoCore(_ frame: BGRAImage, _ core: MatAnyone2Core) {
-        down!.bgraToRGB(frame, into: core.imageOrigin, pixelStep: 1, rowStride: core.paddedWidth,
-                        planeStride: core.imagePlaneStride)
-    }
-
-    /// The cores and resamplers for this frame size (rebuilt, unseeded, when the size changes).
-    private func prepare(for frame: BGRAImage) throws -> [MatAnyone2Core] {
-        if !cores.isEmpty, down?.sourceWidth == frame.width, down?.sourceHeight == frame.height { return cores }
+    /// The tracks and resamplers for this frame size (rebuilt, unseeded, when the size changes).
+    private func prepare(for frame: BGRAImage) throws -> Tracks {
+        if let tracks, down?.sourceWidth == frame.width, down?.sourceHeight == frame.height { return tracks }
         let size = MatAnyone2Engine.workingSize(width: frame.width, height: frame.height, shortSide: workingShortSide)
-        try checkMemory(width: size.width, height: size.height, frameWidth: frame.width, frameHeight: frame.height)
-        var built: [MatAnyone2Core] = []
-        for _ in 0..<parameters.maxPeople {
-            built.append(try MatAnyone2Core(manifest: manifest, manifestPath: directory + "/manifest.json", sessions: sessions,
-                                            width: size.width, height: size.height, parameters: parameters,
-                                            deviceGraphs: deviceGraphs, sharingEncoderWith: built.first))
+        let built: Tracks
+        switch home {
+        case let .local(local):
+            try checkMemory(local, width: size.width, height: size.height, frameWidth: frame.width, frameHeight: frame.height)
+            built = try local.tracks(width: size.width, height: size.height, parameters: parameters)
+        case let .server(client):
+            built = try client.tracks(width: size.width, height: size.height, slots: parameters.maxPeople)
         }
         down = Resampler(sourceWidth: frame.width, sourceHeight: frame.height, targetWidth: size.width, targetHeight: size.height)
         up = Resampler(sourceWidth: size.width, sourceHeight: size.height, targetWidth: frame.width, targetHeight: frame.height)
-        cores = built
+        tracks = built
         reset()
         return built
     }
@@ -431,10 +406,10 @@ public final class MatAnyone2Engine: MattingEngine {
     }
 
     /// Refuses a working size that would not fit the memory budget, naming the largest that would.
-    private func checkMemory(width: Int, height: Int, frameWidth: Int, frameHeight: Int) throws {
+    private func checkMemory(_ local: LocalModels, width: Int, height: Int, frameWidth: Int, frameHeight: Int) throws {
         // The bank stores the encoder's keys and the mask encoder's values (64 and 256 channels upstream).
         let channels = { (model: String, port: String, fallback: Int) -> Int in
-            let shape = self.manifest.models[model]?.outputs.first { $0.name == port }?.shape ?? []
+            let shape = local.manifest.models[model]?.outputs.first { $0.name == port }?.shape ?? []
             return shape.count > 1 && shape[1] > 0 ? shape[1] : fallback
         }
         let (keyDim, valueDim) = (channels("encoder", "key", 64), channels("maskencoder", "mask_value", 256))
@@ -442,20 +417,20 @@ public final class MatAnyone2Engine: MattingEngine {
             MatAnyone2Engine.memoryNeeded(width: w, height: h, keyDim: keyDim, valueDim: valueDim,
                                           maxFrames: self.parameters.maxMemFrames, people: self.parameters.maxPeople)
         }
-        if let bytes = needed(width, height), bytes <= memoryBudget { return }
+        if let bytes = needed(width, height), bytes <= local.memoryBudget { return }
         let asked = workingShortSide == 0 ? "working-size=0 (the frame's \(frameWidth)×\(frameHeight))"
                                           : "working-size=\(workingShortSide) (\(width)×\(height))"
         let need = needed(width, height).map(MemoryBudget.describe) ?? "more than any machine has"
         var advice = "no working size fits it; lower max-mem-frames"
         for short in stride(from: min(width, height) / 16 * 16, through: 16, by: -16) {
             let size = MatAnyone2Engine.workingSize(width: frameWidth, height: frameHeight, shortSide: short)
-            if let bytes = needed(size.width, size.height), bytes <= memoryBudget {
+            if let bytes = needed(size.width, size.height), bytes <= local.memoryBudget {
                 advice = "the largest that fits is working-size=\(short) (\(size.width)×\(size.height))"
                 break
             }
         }
         throw EngineError.badSettings(detail: "\(asked) needs about \(need), over this machine's budget of "
-                                      + "\(MemoryBudget.describe(memoryBudget)) (3/4 of its memory); \(advice)")
+                                      + "\(MemoryBudget.describe(local.memoryBudget)) (3/4 of its memory); \(advice)")
     }
 
     /// The seeds at working size, one per person (at most max-people), or none when there is nothing
@@ -463,7 +438,7 @@ public final class MatAnyone2Engine: MattingEngine {
     /// with several, a mask's grey levels label people (else its separate regions are the people), and
     /// the segmenter's separate regions are.
     private func seedMasks(for frame: BGRAImage, report: inout FrameReport) throws -> [[Float]] {
-        guard let core else { return [] }
+        guard let core = tracks else { return [] }
         switch seedSource {
         case let .mask(pixels, width, height):
             if parameters.maxPeople == 1 {
@@ -518,7 +493,7 @@ public final class MatAnyone2Engine: MattingEngine {
     /// its resampled soft edge, as upstream's script seeds), else its separate regions of at least
     /// `minimumSeedCoverage` of the frame, largest first.
     private func people(in binary: [UInt8], width: Int, height: Int) -> [Person] {
-        guard let core else { return [] }
+        guard let core = tracks else { return [] }
         let scaled = MatAnyone2Engine.resample(binary, width: width, height: height, toWidth: core.width, toHeight: core.height)
         let mask = scaled.map { $0 >= 0.5 }
         let prepare = { (values: [Float]) in

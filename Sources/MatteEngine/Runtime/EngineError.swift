@@ -20,6 +20,10 @@ public enum EngineError: Error, CustomStringConvertible, Equatable {
     case fileMissing(path: String, hint: String)
     /// An input file the user named cannot be read or decoded.
     case fileUnreadable(path: String, detail: String)
+    /// The inference server cannot be reached, or refuses the connection (TLS).
+    case serverUnavailable(url: String, detail: String)
+    /// The inference server (or a proxy before it) refuses this client: not authorised.
+    case serverRefused(url: String, detail: String)
 
     public var description: String {
         switch self {
@@ -33,6 +37,8 @@ public enum EngineError: Error, CustomStringConvertible, Equatable {
         case let .inference(detail): return "inference failed: \(detail)"
         case let .fileMissing(path, hint): return "file not found: \(path). \(hint)"
         case let .fileUnreadable(path, detail): return "cannot read \(path): \(detail)"
+        case let .serverUnavailable(url, detail): return "inference server \(url) unavailable: \(detail)"
+        case let .serverRefused(url, detail): return "inference server \(url) refused the element: \(detail)"
         }
     }
 }
