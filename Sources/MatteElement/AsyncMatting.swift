@@ -49,6 +49,8 @@ final class AsyncMatting {
 
     /// Called on the inference thread with a frame's track events (posting a bus message is thread-safe).
     var onTrackEvents: (([TrackEvent], UInt64) -> Void)?
+    /// What the engine said of its surroundings on a frame (the inference server lost, back), from this thread.
+    var onNotices: (([EngineNotice]) -> Void)?
     /// Called on the inference thread after each inference (an alpha kept, or a failure).
     var onFinished: (() -> Void)?
 
@@ -245,6 +247,7 @@ final class AsyncMatting {
             let (plane, error) = matte(frame, engine: engine, report: &report)
             let end = monotonicMs()
             if error == nil, !report.events.isEmpty { onTrackEvents?(report.events, frame.pts) }
+            if !report.notices.isEmpty { onNotices?(report.notices) }
             condition.lock()
             inFlight = nil
             if let error {

@@ -2,7 +2,8 @@ import CGStreamer
 import MatteEngine
 
 /// The one place where engine failures become GStreamer errors. Domains and codes:
-/// missing model or input file → RESOURCE/NOT_FOUND; unreadable file → RESOURCE/OPEN_READ; unusable
+/// missing model or input file → RESOURCE/NOT_FOUND; unreadable file → RESOURCE/OPEN_READ; an
+/// inference server out of reach → RESOURCE/OPEN_READ_WRITE, refusing us → RESOURCE/NOT_AUTHORIZED; unusable
 /// model or runtime, a GPU provider that cannot run → LIBRARY/INIT; bad settings → LIBRARY/SETTINGS; a failure on a frame →
 /// STREAM/FAILED; a buffer that does not match its caps → STREAM/FORMAT.
 enum ErrorMapping {
@@ -12,6 +13,10 @@ enum ErrorMapping {
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_NOT_FOUND.rawValue))
         case .fileUnreadable:
             return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_OPEN_READ.rawValue))
+        case .serverUnavailable:
+            return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_OPEN_READ_WRITE.rawValue))
+        case .serverRefused:
+            return (gst_resource_error_quark(), Int32(GST_RESOURCE_ERROR_NOT_AUTHORIZED.rawValue))
         case .modelInvalid, .runtimeUnavailable, .runtimeFailure, .gpuUnavailable:
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_INIT.rawValue))
         case .badSettings:
@@ -34,6 +39,24 @@ enum ErrorMapping {
     static func postWarning(_ text: String, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
         post(GST_MESSAGE_WARNING, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FAILED.rawValue),
              text: text, debug: text, on: element, file: file, function: function, line: line)
+    }
+
+    /// Posts what the engine says of its surroundings: the inference server lost (a WARNING: frames
+    /// carry on without a matte) or its stream forgotten (a WARNING: the tracks start over), back
+    /// again (an INFO message).
+    static func post(_ notice: EngineNotice, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
+        switch notice {
+        case let .serverLost(server, detail):
+            postWarning("inference server \(server) does not answer (\(detail)): frames leave with no-person-alpha while the "
+                        + "element retries (every 0.25 s at first, backing off to 8 s)", on: element, file: file, function: function, line: line)
+        case let .serverForgotStream(server, detail):
+            postWarning("inference server \(server) no longer holds this stream (\(detail)): the tracks start over from a new seed",
+                        on: element, file: file, function: function, line: line)
+        case let .serverBack(server, afterMs):
+            let text = "inference server \(server) answers again, after \(Int(afterMs.rounded())) ms without"
+            post(GST_MESSAGE_INFO, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FAILED.rawValue),
+                 text: text, debug: text, on: element, file: file, function: function, line: line)
+        }
     }
 
     /// Posts an ERROR for a buffer the element cannot read or write as negotiated (STREAM/FORMAT).

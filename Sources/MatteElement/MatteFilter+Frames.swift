@@ -158,6 +158,7 @@ extension MatteFilter {
                 posts.append(.error(error))
                 return GST_FLOW_ERROR
             }
+            posts += state.report.notices.map(Post.notice)
             let totalMs = monotonicMs() - start
             // Seeding (the warm-up passes) happens once; it is reported as seed-ms, and that frame is no
             // sample of what a frame costs.
@@ -466,6 +467,7 @@ extension MatteFilter {
         case .latency: handle.postLatencyMessage()
         case let .stats(structure): handle.postElementMessage(structure)
         case let .trackEvent(event, pts): handle.postElementMessage(MatteFilter.reseededMessage(event, pts: pts))
+        case let .notice(notice): ErrorMapping.post(notice, on: handle)
         }
     }
 
@@ -489,8 +491,22 @@ extension MatteFilter {
         if let engine = state.engine {
             shim_structure_set_string(stats, "engine", engine.kind.rawValue)
             shim_structure_set_string(stats, "precision", engine.precision.rawValue)
-            shim_structure_set_string(stats, "provider", engine.provider.rawValue)
-            shim_structure_set_string(stats, "data", engine.dataOnDevice ? "device" : "host")
+            if let server = engine.server {
+                shim_structure_set_string(stats, "provider", "server")
+                shim_structure_set_string(stats, "server", server)
+            } else {
+                shim_structure_set_string(stats, "provider", engine.provider.rawValue)
+            }
+            shim_structure_set_string(stats, "data", engine.server != nil ? "server" : engine.dataOnDevice ? "device" : "host")
+        }
+        if let server = report.server {
+            // The server's share: the round trip, its own compute (its reply) and queue (its statistics).
+            shim_structure_set_double(stats, "server-ms", server.roundTripMs)
+            shim_structure_set_double(stats, "server-compute-ms", server.computeMs)
+            if let queue = server.queueMs { shim_structure_set_double(stats, "server-queue-ms", queue) }
+            shim_structure_set_uint64(stats, "server-bytes-sent", UInt(server.bytesSent))
+            shim_structure_set_uint64(stats, "server-bytes-received", UInt(server.bytesReceived))
+            shim_structure_set_string(stats, "server-transport", server.sharedMemory ? "shared-memory" : "http")
         }
         shim_structure_set_string(stats, "mode", state.asyncPath == nil ? "sync" : "async")
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)

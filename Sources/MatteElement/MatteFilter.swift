@@ -22,6 +22,8 @@ enum Post {
     case stats(UnsafeMutablePointer<GstStructure>)
     /// A track (re)started or stopped (`matanyone-reseeded`).
     case trackEvent(TrackEvent, pts: GstClockTime)
+    /// What the engine says of its surroundings (the inference server lost or back).
+    case notice(EngineNotice)
 }
 
 /// A serialized event on the sink pad, as the element reads it (parsed in Trampolines.swift).
@@ -189,6 +191,18 @@ final class MatteFilter {
         options.session.device = Int(settings.gpuDevice)
         options.precision = settings.precision
         options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
+        if !settings.inferenceServer.isEmpty {
+            var server = ServerOptions(url: settings.inferenceServer)
+            server.model = settings.serverModel
+            server.timeoutMs = Int(settings.serverTimeout)
+            server.tokenFile = settings.serverTokenFile
+            server.caFile = settings.serverCaFile
+            server.sharedMemory = settings.serverSharedMemory
+            server.frameFormat = settings.serverFrameFormat
+            // Live chains (async) carry on without the server until it answers; files (sync) need it.
+            server.waitForServer = settings.mode == .async
+            options.server = server
+        }
         var parameters = MatAnyone2Parameters()
         parameters.memEvery = Int(settings.memEvery)
         parameters.maxMemFrames = Int(settings.maxMemFrames)
@@ -439,6 +453,9 @@ final class MatteFilter {
             let matting = AsyncMatting(engines: state.engines, width: width, height: height)
             matting.onTrackEvents = { [handle] events, pts in
                 for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
+            }
+            matting.onNotices = { [handle] notices in
+                for notice in notices { ErrorMapping.post(notice, on: handle) }
             }
             if path.delayMs > 0 {
                 // Held frames leave on their own deadline, from a thread of their own.

@@ -88,6 +88,27 @@ enum GrayRange: String, PropertyEnum {
     }
 }
 
+extension SharedMemoryUse: PropertyEnum {
+    static let typeName = "GstMatAnyoneSharedMemory"
+    var blurb: String {
+        switch self {
+        case .auto: return "When the server's address is this machine's and it maps the regions; else in the HTTP bodies"
+        case .on: return "Always (an error when the server cannot map them)"
+        case .off: return "Never: frames and mattes in the HTTP bodies"
+        }
+    }
+}
+
+extension ServerFrameFormat: PropertyEnum {
+    static let typeName = "GstMatAnyoneServerFrameFormat"
+    var blurb: String {
+        switch self {
+        case .float32: return "The model's own input, float32 RGB at working size: the server computes what this process would"
+        case .uint8: return "8-bit RGB at working size: a quarter of the bytes; the model sees the scaled frame rounded to 8 bits"
+        }
+    }
+}
+
 extension BackgroundMode: PropertyEnum {
     static let typeName = "GstMatAnyoneBackground"
     var blurb: String {
@@ -227,6 +248,15 @@ struct Settings: Equatable {
     var alphaMode = AlphaMode.straight
     /// GRAY8 output: the colour range its caps carry (the values are full range either way).
     var grayRange = GrayRange.full
+    /// MatAnyone2 on an inference server (KServe v2 over HTTP): its URL; empty runs the models here.
+    var inferenceServer = ""
+    var serverModel = "matanyone2"
+    /// A request's limit: 10 s holds a seed (eleven passes) on a CPU server with room to spare.
+    var serverTimeout: UInt32 = 10_000
+    var serverTokenFile = ""
+    var serverCaFile = ""
+    var serverSharedMemory = SharedMemoryUse.auto
+    var serverFrameFormat = ServerFrameFormat.float32
 }
 
 /// A property value in Swift terms, converted to and from GValue by the trampolines.
@@ -374,5 +404,24 @@ struct PropertyDeclaration {
         .uint("no-person-alpha", "Alpha without a person",
               "MatAnyone2: the alpha while nobody is tracked (255 passes the frame through, 0 shows nothing)",
               \.noPersonAlpha, 0...255, .ready),
+        .string("inference-server", "Inference server",
+                "MatAnyone2 on a KServe v2 inference server (Triton), as http://HOST:PORT or https://HOST:PORT; the element "
+                    + "keeps seeding, the watch and compositing. Empty: the models run in this process", \.inferenceServer, .ready),
+        .string("server-model", "Server model", "inference-server: the name of the MatAnyone2 step model in the server's repository",
+                \.serverModel, .ready, emptyMeans: "matanyone2"),
+        .uint("server-timeout", "Server timeout",
+              "inference-server: the longest a request may take, in ms (a seed runs its warm-up passes in one request)",
+              \.serverTimeout, 1...600_000, .ready),
+        .string("server-token-file", "Server token file",
+                "inference-server: a file holding a bearer token for an authorising proxy (sent as Authorization; never printed)",
+                \.serverTokenFile, .ready),
+        .string("server-ca-file", "Server CA file",
+                "inference-server with https: a PEM file of CA certificates to trust (empty: the system's CA store)",
+                \.serverCaFile, .ready),
+        .enumeration("server-shared-memory", "Server shared memory",
+                     "inference-server on this host: frames and mattes cross through shared memory instead of the HTTP bodies",
+                     \.serverSharedMemory, .ready),
+        .enumeration("server-frame-format", "Server frame format", "inference-server: how the frame crosses the wire",
+                     \.serverFrameFormat, .ready),
     ]
 }

@@ -266,6 +266,8 @@ private let enumTypes: [String: GType] = [
     SeedMode.typeName: registerEnum(SeedMode.self),
     MatteMode.typeName: registerEnum(MatteMode.self),
     ModelPrecision.typeName: registerEnum(ModelPrecision.self),
+    SharedMemoryUse.typeName: registerEnum(SharedMemoryUse.self),
+    ServerFrameFormat.typeName: registerEnum(ServerFrameFormat.self),
 ]
 
 // Field-per-buffer video (interlace-mode=alternate) carries the format:Interlaced caps feature: it is
