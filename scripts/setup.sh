@@ -11,6 +11,8 @@
 #                                  the NVIDIA driver (580 or newer) has to be on the machine
 #   scripts/setup.sh --gpu --tensorrt   also TensorRT 10 (from NVIDIA's package index)
 #   scripts/setup.sh --gpu --check      reports each library's resolution, the driver and the GPU
+#   scripts/setup.sh --server           also the Triton Inference Server that scripts/serve.sh and the tests run
+#                                       (the nvidia-pytriton wheel in .venv-triton, CPU only)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,12 +23,14 @@ DEPS="$ROOT/.deps"
 VENV="$ROOT/.venv"
 BUILD_PLUGIN=1
 GPU=0
+SERVER=0
 GPU_OPTIONS=()
 CHECK=0
 for arg in "$@"; do
     case "$arg" in
         --no-plugin) BUILD_PLUGIN=0 ;;
         --gpu) GPU=1 ;;
+        --server) SERVER=1 ;;
         --tensorrt) GPU_OPTIONS+=(--tensorrt) ;;
         --check) CHECK=1 ;;
         *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
@@ -42,7 +46,7 @@ APT_PACKAGES=(
     libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev gstreamer1.0-tools
     gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad
     gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-plugins-base-apps
-    libopenblas-dev opencv-doc
+    libopenblas-dev opencv-doc libcurl4-openssl-dev
 )
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
@@ -122,6 +126,20 @@ if [ "$(uname -m)" = x86_64 ]; then
         rm -rf "$OV_DIR"
         mv "$OV_DIR.partial" "$OV_DIR"
     fi
+fi
+
+# 4c. On request (--server): Triton Inference Server 2.51, CPU only, as the nvidia-pytriton wheel ships it,
+#     in a venv of Debian's own python3 (Triton's Python backend stub is built against it: pyenv's
+#     Python breaks it), with the ONNX Runtime the element and the tools use.
+TRITON_VENV="$ROOT/.venv-triton"
+TRITON_REQ="nvidia-pytriton==0.7.0 numpy==1.26.4 $(grep -E '^onnxruntime==' "$ROOT/tools/requirements.txt")"
+if [ "$SERVER" = 1 ] && { [ ! -x "$TRITON_VENV/bin/python" ] || [ "$(cat "$TRITON_VENV/.requirements" 2>/dev/null)" != "$TRITON_REQ" ]; }; then
+    say "installing Triton Inference Server (nvidia-pytriton) into .venv-triton"
+    rm -rf "$TRITON_VENV"
+    /usr/bin/python3 -m venv "$TRITON_VENV"
+    # shellcheck disable=SC2086
+    "$TRITON_VENV/bin/pip" install -q --disable-pip-version-check $TRITON_REQ
+    echo "$TRITON_REQ" > "$TRITON_VENV/.requirements"
 fi
 
 # 4b. On request, the GPU build and its NVIDIA libraries (the element prefers it when present; its

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs whatever is missing (scripts/setup.sh), prepares test inputs, then runs every test:
-# the Swift engine and element tests (in-process), the Python tool tests (including parity against
+# the Swift engine and element tests (in-process, and against a real Triton Inference Server started
+# here on loopback), the Python tool tests (including parity against
 # upstream MatAnyone2), the integration test of the installed plugin, the element tests again under
 # ThreadSanitizer, and the adversarial suite (hostile inputs against the installed plugin). Ends with
 # one summary line.
@@ -14,7 +15,7 @@ export MATANYONE_TEST_MODELS="$ROOT/build/test-models"
 DATA="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone"
 PY="$ROOT/.venv/bin/python"
 
-scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+scripts/setup.sh --server || { echo "0 passed, 1 failed"; exit 1; }
 
 say() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
 
@@ -86,6 +87,30 @@ fi
 # that it loads, the load order of what is there, and the errors for what is not (cuBLAS, cuDNN, a driver).
 scripts/install-gpu-runtime.sh "$ROOT/build/test-gpu-runtime" --wheels nvidia-cuda-runtime,nvidia-curand >/dev/null \
     || { echo "0 passed, 1 failed"; exit 1; }
+
+# The inference server the server tests talk to: Triton (tools/serve) serving the random-init set on
+# loopback, on free ports, for the whole run (the fault tests start servers of their own).
+SERVER_DIR="$ROOT/build/test-server"
+rm -rf "$SERVER_DIR" && mkdir -p "$SERVER_DIR"
+.venv/bin/python -m tools.serve.repository --models "$M2" --out "$SERVER_DIR/repo" --link >/dev/null \
+    || { echo "0 passed, 1 failed"; exit 1; }
+read -r HTTP_PORT GRPC_PORT < <("$PY" -c 'import socket
+s = [socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+say "starting the test inference server (Triton) on 127.0.0.1:$HTTP_PORT"
+.venv-triton/bin/python -m tools.serve.server --repository "$SERVER_DIR/repo" --address 127.0.0.1 \
+    --http-port "$HTTP_PORT" --grpc-port "$GRPC_PORT" >"$SERVER_DIR/server.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null' EXIT
+for _ in $(seq 1 180); do
+    grep -q "^ready http=" "$SERVER_DIR/server.log" && break
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 1
+done
+grep -q "^ready http=" "$SERVER_DIR/server.log" \
+    || { tail -20 "$SERVER_DIR/server.log"; echo "the test inference server did not start"; echo "0 passed, 1 failed"; exit 1; }
+export MATANYONE_TEST_SERVER="http://127.0.0.1:$HTTP_PORT"
 
 failed=0; passed=0
 count() { # name, exit code, passed, failed
