@@ -166,7 +166,16 @@ public final class MatAnyone2Engine: MattingEngine {
     /// automatic seeding the segmenter runs once too (untimed: it is not part of an ordinary frame),
     /// so the first frames, which it looks at, do not pay its runtime's first run.
     public func warmUp(width: Int, height: Int) throws -> Double {
-        try EngineError.boundary(.processing) { try timedWarmUp(width: width, height: height) }
+        try EngineError.boundary(.processing) {
+            do {
+                return try timedWarmUp(width: width, height: height)
+            } catch ServerFault.unreachable {
+                // (A server gone since the start, or not there yet in a live chain: the frames say so,
+                // once; their cost is measured as they come.)
+                tracks?.reset()
+                return 0
+            }
+        }
     }
 
     private func timedWarmUp(width: Int, height: Int) throws -> Double {
@@ -215,8 +224,9 @@ public final class MatAnyone2Engine: MattingEngine {
         }
         do {
             try matteTracked(frame, into: alpha, report: &report)
-        } catch ServerFault.stateLost {
+        } catch ServerFault.stateLost(let detail) {
             // The server restarted (or forgot an idle stream): the track starts over on this frame.
+            report.notices.append(.serverForgotStream(server: client.address, detail: detail))
             reset()
             do {
                 try matteTracked(frame, into: alpha, report: &report)

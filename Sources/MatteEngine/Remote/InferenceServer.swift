@@ -68,11 +68,18 @@ public enum EngineNotice: Equatable, Sendable {
 }
 
 /// A request the server did not act on, which the engine handles without an error.
-enum ServerFault: Error {
+enum ServerFault: Error, CustomStringConvertible {
     /// No answer (the client said so once, and retries with backoff).
     case unreachable(String)
     /// The server holds no state for this stream any more.
     case stateLost(String)
+
+    var description: String {
+        switch self {
+        case let .unreachable(detail): return "the inference server does not answer: \(detail)"
+        case let .stateLost(detail): return "the inference server lost the stream: \(detail)"
+        }
+    }
 }
 
 /// The client of the MatAnyone2 step model (tools/serve/PROTOCOL.md): one stream (a Triton sequence)
@@ -176,6 +183,7 @@ final class StepClient {
     /// The server is ready and serves a step model this client speaks; faults as `ServerFault.unreachable`.
     private func verify() throws {
         let health = try send { try connection.get("/v2/health/ready", limit: 1 << 16) }
+        if [401, 403].contains(health.status) { try checkStatus(health, during: "asking whether it is ready") }
         guard health.status == 200 else { throw ServerFault.unreachable("it is not ready (\(KServe.errorMessage(health)))") }
         let metadata = try send { try connection.get("/v2/models/\(options.model)", limit: 1 << 20) }
         try checkStatus(metadata, during: "reading model '\(options.model)'")
