@@ -86,3 +86,101 @@ import TestPaths
         #expect(there.reports.last!.modelMs[0] > 0, "the server's encoder time reaches the report")
     }
 }
+
+extension InferenceServerTests {
+    /// Two people (two slots of one stream, one encoding a frame) as in this process.
+    @Test func twoPeopleAsInProcess() throws {
+        let frames = Array(try TestPaths.frames("test-sample2-\(Self.width)x\(Self.height).bgra", width: Self.width, height: Self.height).prefix(8))
+        // Two people: the dancer's mask, and a box beside her (grey levels label people in a mask).
+        let path = TestPaths.dataDir + "/test-sample2-mask-\(Self.width)x\(Self.height).gray"
+        var pixels = Array(try #require(FileManager.default.contents(atPath: path)))
+        for y in 20..<80 { for x in 400..<480 { pixels[y * Self.width + x] = 128 } }
+        var parameters = MatAnyone2Parameters()
+        parameters.maxPeople = 2
+        let seed = SeedSource.mask(pixels: pixels, width: Self.width, height: Self.height)
+        let local = try MatAnyone2Engine(options: Self.options(server: nil), parameters: parameters, workingShortSide: 144, seed: seed)
+        let remote = try MatAnyone2Engine(options: Self.options(server: try Self.server()), parameters: parameters,
+                                          workingShortSide: 144, seed: seed)
+        let here = try Self.mattes(local, frames), there = try Self.mattes(remote, frames)
+        #expect(there.reports.allSatisfy { $0.people == 2 } && here.reports.allSatisfy { $0.people == 2 })
+        #expect(Self.largestDifference(here.alphas, there.alphas) <= 1)
+    }
+
+    /// The 8-bit frame: a quarter of the bytes up; its mattes follow the same dancer.
+    @Test func eightBitFramesCarryAQuarterOfTheBytes() throws {
+        let frames = Array(try TestPaths.frames("test-sample2-\(Self.width)x\(Self.height).bgra", width: Self.width, height: Self.height).prefix(4))
+        // (Frames at their working size hold 8-bit values: both formats carry them exactly. Scaled
+        // frames do not, and random weights magnify the rounding: see the README.)
+        let float = try MatAnyone2Engine(options: Self.options(server: try Self.server()) { $0.sharedMemory = .off },
+                                         workingShortSide: 288, seed: Self.mask())
+        let bytes = try MatAnyone2Engine(options: Self.options(server: try Self.server()) { $0.sharedMemory = .off; $0.frameFormat = .uint8 },
+                                         workingShortSide: 288, seed: Self.mask())
+        let a = try Self.mattes(float, frames), b = try Self.mattes(bytes, frames)
+        let saved = a.reports.last!.server!.bytesSent - b.reports.last!.server!.bytesSent
+        // float32 sends 4 bytes a value, uint8 one (the headers differ by a few bytes: FRAME_U8, UINT8).
+        #expect(abs(saved - 3 * Self.width * Self.height * 3) < 16)
+        #expect(Self.largestDifference(a.alphas, b.alphas) <= 1)
+    }
+
+    /// A server that is not there: an error naming it (files), or frames without a matte and one notice (live).
+    @Test func anAbsentServer() throws {
+        let socket = unusedPort()
+        let url = "http://127.0.0.1:\(socket)"
+        #expect {
+            _ = try MatAnyone2Engine(options: Self.options(server: url), seed: Self.mask())
+        } throws: { error in
+            guard case let EngineError.serverUnavailable(reported, detail)? = error as? EngineError else { return false }
+            return reported == url && detail.contains("mode=async")
+        }
+        let engine = try MatAnyone2Engine(options: Self.options(server: url) { $0.waitForServer = true }, seed: Self.mask())
+        let frames = Array(try TestPaths.frames("test-sample2-\(Self.width)x\(Self.height).bgra", width: Self.width, height: Self.height).prefix(3))
+        let result = try Self.mattes(engine, frames)
+        #expect(result.alphas.allSatisfy { $0.allSatisfy { $0 == 255 } }, "no-person-alpha while the server is away")
+        let notices = result.reports.flatMap(\.notices)
+        #expect(notices.count == 1)
+        if case .serverLost(url, _)? = notices.first {} else { Issue.record("expected one serverLost notice, got \(notices)") }
+        #expect(result.reports.allSatisfy { !$0.seeded })
+    }
+
+    /// Settings the client refuses before any connection, each naming the fix.
+    @Test(arguments: [
+        ("ftp://host:1", "is not an http or https URL"), ("http://user:secret@host:1", "credentials"),
+        ("http://host:1/?x=1", "query"), ("http://:1", "names no host"),
+    ])
+    func badServerAddresses(url: String, says: String) throws {
+        #expect {
+            _ = try MatAnyone2Engine(options: Self.options(server: url), seed: Self.mask())
+        } throws: { error in
+            guard case let EngineError.badSettings(detail)? = error as? EngineError else { return false }
+            return detail.contains(says) && !detail.contains("secret")
+        }
+    }
+
+    @Test func aMissingTokenFileAndAnUnknownModel() throws {
+        #expect {
+            _ = try MatAnyone2Engine(options: Self.options(server: try Self.server()) { $0.tokenFile = "/nonexistent/token" }, seed: Self.mask())
+        } throws: { error in
+            if case EngineError.fileMissing(path: "/nonexistent/token", _)? = error as? EngineError { return true }
+            return false
+        }
+        #expect {
+            _ = try MatAnyone2Engine(options: Self.options(server: try Self.server()) { $0.model = "nosuchmodel" }, seed: Self.mask())
+        } throws: { error in
+            if case let EngineError.modelMissing(path, _)? = error as? EngineError { return path.hasSuffix("/v2/models/nosuchmodel") }
+            return false
+        }
+    }
+}
+
+/// A TCP port nothing listens on (bound, then released).
+private func unusedPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
