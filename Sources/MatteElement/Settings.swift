@@ -251,8 +251,9 @@ struct Settings: Equatable {
     /// MatAnyone2 on an inference server (KServe v2 over HTTP): its URL; empty runs the models here.
     var inferenceServer = ""
     var serverModel = "matanyone2"
-    /// A request's limit: 10 s holds a seed (eleven passes) on a CPU server with room to spare.
-    var serverTimeout: UInt32 = 10_000
+    /// A request's limit. 30 s: a seed is eleven passes in one request (~4 s on a 2-core CPU server), and
+    /// a request waits behind other streams' (four streams seeding at once there: ~16 s; 10 s timed out).
+    var serverTimeout: UInt32 = 30_000
     var serverTokenFile = ""
     var serverCaFile = ""
     var serverSharedMemory = SharedMemoryUse.auto
@@ -410,7 +411,8 @@ struct PropertyDeclaration {
         .string("server-model", "Server model", "inference-server: the name of the MatAnyone2 step model in the server's repository",
                 \.serverModel, .ready, emptyMeans: "matanyone2"),
         .uint("server-timeout", "Server timeout",
-              "inference-server: the longest a request may take, in ms (a seed runs its warm-up passes in one request)",
+              "inference-server: the longest a request may take, in ms, its wait in the server's queue included (a seed "
+                  + "runs its warm-up passes in one request); no answer in time counts as the server gone",
               \.serverTimeout, 1...600_000, .ready),
         .string("server-token-file", "Server token file",
                 "inference-server: a file holding a bearer token for an authorising proxy (sent as Authorization; never printed)",

@@ -26,8 +26,8 @@ public struct ServerOptions: Equatable, Sendable {
     public var url: String
     /// The step model's name in the server's repository.
     public var model = "matanyone2"
-    /// A request's limit, answer included (a seed with its warm-up passes is the longest).
-    public var timeoutMs = 10_000
+    /// A request's limit, its wait in the server's queue included (a seed with its warm-up passes is the longest).
+    public var timeoutMs = 30_000
     /// A file holding a bearer token for an authorising proxy (sent as `Authorization: Bearer`).
     public var tokenFile = ""
     /// A PEM file of CA certificates for https (empty: the system's CA store).
