@@ -5,9 +5,11 @@
 #   scripts/bench.sh --size 512x288 --frames 60
 # With --live first: the live-chain benchmark instead (tools/bench_live.py; sync/async × engines):
 #   scripts/bench.sh --live --modes sync --engines segmenter,matanyone2 --duration 15
+# With --server first: MatAnyone2 on the Triton server of tools/serve against in-process (tools/bench_server.py):
+#   scripts/bench.sh --server --frames 40 --streams 1,2,4
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$ROOT/scripts/setup.sh" >/dev/null
+if [ "${1:-}" = "--server" ]; then "$ROOT/scripts/setup.sh" --server >/dev/null; else "$ROOT/scripts/setup.sh" >/dev/null; fi
 cd "$ROOT"
 MODELS="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone/models"
 # The two options this script acts on, read exactly (`--name value` or `--name=value`, as argparse
@@ -34,6 +36,9 @@ if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [ -z "$MODEL_DIR" ]; then
 fi
 if [ "${1:-}" = "--live" ]; then
     exec .venv/bin/python -m tools.bench_live "${EXTRA[@]}" "${@:2}"
+fi
+if [ "${1:-}" = "--server" ]; then
+    exec .venv/bin/python -m tools.bench_server "${EXTRA[@]}" "${@:2}"
 fi
 # A reduced-precision set is made once beside the fp32 one when missing (a minute or so each); with
 # --model-dir the sets are the caller's.

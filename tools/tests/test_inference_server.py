@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools.tests.servers import REPO, Pipeline, TritonServer, data_dir, free_port, models_dir, run
+from tools.tests.servers import REPO, Pipeline, data_dir, free_port, models_dir, run, own_server
 
 sys.path.insert(0, str(REPO / 'tools' / 'matanyone2'))
 sys.path.insert(0, str(REPO / 'tools' / 'serve'))
@@ -58,7 +58,7 @@ def server_statistics(url: str) -> dict:
 
 @pytest.fixture(scope='module')
 def server(tmp_path_factory):
-    with TritonServer(tmp_path_factory.mktemp('triton')) as started:
+    with own_server(tmp_path_factory.mktemp('triton')) as started:
         yield started
 
 
@@ -218,7 +218,7 @@ def test_four_streams_on_one_server_each_as_in_process(server, tmp_path):
 
 @pytest.mark.parametrize('mode', ['async', 'sync'])
 def test_a_server_killed_and_restarted_mid_stream(tmp_path, mode):
-    triton = TritonServer(tmp_path).start()
+    triton = own_server(tmp_path).start()
     buffers = 600
     pipeline = Pipeline(f'{live(buffers)} ! {element(triton.url, mode=mode)} ! video/x-raw,format=GRAY8 ! fakesink sync=true')
     try:
@@ -272,7 +272,7 @@ def test_an_absent_server(tmp_path, mode):
 @pytest.mark.parametrize('mode', ['sync', 'async'])
 def test_a_slow_server_drops_before_the_request(tmp_path, mode):
     delay = 300
-    with TritonServer(tmp_path, delay_ms=delay) as triton:
+    with own_server(tmp_path, delay_ms=delay) as triton:
         start = time.monotonic()
         pipeline = run(f'{live(90)} ! {element(triton.url, mode=mode)} ! video/x-raw,format=GRAY8 ! fakesink sync=true qos=true',
                        timeout=120)
@@ -507,7 +507,7 @@ def test_a_server_behind_a_delayed_link(server, tmp_path):
         netem = [subprocess.run(command, capture_output=True, timeout=30).returncode == 0 for command in (
             ['tc', 'qdisc', 'add', 'dev', near, 'root', 'netem', 'delay', '5ms'],
             ['ip', 'netns', 'exec', namespace, 'tc', 'qdisc', 'add', 'dev', far, 'root', 'netem', 'delay', '5ms'])]
-        triton = TritonServer(tmp_path, address=f'{subnet}.2' if all(netem) else '127.0.0.1', netns=namespace)
+        triton = own_server(tmp_path, address=f'{subnet}.2' if all(netem) else '127.0.0.1', netns=namespace)
         with triton:
             url = triton.url
             if not all(netem):
