@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 
 typedef size_t (*mat_curl_data_callback)(char *buffer, size_t size, size_t count, void *user);
+typedef int (*mat_curl_seek_callback)(void *user, curl_off_t offset, int origin);
 
 static inline CURLcode mat_curl_set_long(CURL *handle, CURLoption option, long value) {
     return curl_easy_setopt(handle, option, value);
@@ -23,6 +24,9 @@ static inline CURLcode mat_curl_set_headers(CURL *handle, struct curl_slist *hea
 }
 static inline CURLcode mat_curl_set_callback(CURL *handle, CURLoption option, mat_curl_data_callback callback) {
     return curl_easy_setopt(handle, option, callback);
+}
+static inline CURLcode mat_curl_set_seek(CURL *handle, mat_curl_seek_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, callback);
 }
 static inline CURLcode mat_curl_get_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);

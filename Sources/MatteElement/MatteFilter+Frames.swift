@@ -155,6 +155,7 @@ extension MatteFilter {
                     state.report.postprocessMs += monotonicMs() - compositeStart
                 }
             } catch {
+                posts += state.report.notices.map(Post.notice)
                 posts.append(.error(error))
                 return GST_FLOW_ERROR
             }

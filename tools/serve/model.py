@@ -47,6 +47,11 @@ class BlsModels:
         return out
 
 
+def _invalid_argument(message: str):
+    code = getattr(pb_utils.TritonError, 'INVALID_ARG', None)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+
+
 def _parameter(config: dict, key: str, default: str) -> str:
     return config.get('parameters', {}).get(key, {}).get('string_value', default)
 
@@ -87,7 +92,9 @@ class TritonPythonModel:
                 pb_utils.Tensor('ALPHA', result.alpha), pb_utils.Tensor('UNCERTAINTY', result.uncertainty),
                 pb_utils.Tensor('STATE', result.state), pb_utils.Tensor('TIMING', result.timing)])
         except ProtocolError as error:
-            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(error)))
+            # A request the client got wrong (or a stream this server lost): HTTP 400, not Triton's default
+            # INTERNAL (500), which a client rightly takes for a server in trouble.
+            return pb_utils.InferenceResponse(output_tensors=[], error=_invalid_argument(str(error)))
         except Exception as error:  # a model that fails must answer the request, not take the server down
             return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(f'matanyone2 step failed: {error}'))
 

@@ -43,8 +43,11 @@ def backend_dir(work: Path) -> Path:
         if target.is_symlink() or target.exists():
             target.unlink()
         target.symlink_to(dist / 'tritonserver' / 'backends' / 'python' / name)
-    shutil.copyfile(stub, python / 'triton_python_backend_stub')
-    os.chmod(python / 'triton_python_backend_stub', 0o755)
+    # (Copied beside and renamed over: a stub still running from an earlier server keeps its own file.)
+    staged = python / f'.stub-{os.getpid()}'
+    shutil.copyfile(stub, staged)
+    os.chmod(staged, 0o755)
+    os.replace(staged, python / 'triton_python_backend_stub')
     return work / 'backends'
 
 

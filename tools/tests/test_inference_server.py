@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -139,6 +140,19 @@ def test_the_tracker_refuses_what_it_cannot_act_on(m2_models, m2_inputs):
         streams.handle(3, False, False, {}, Request(ops=np.array([0]), frame=planes[0]), size)
 
 
+def test_a_request_the_server_refuses_is_http_400_not_500(server):
+    """Triton's default for a model's error is INTERNAL (HTTP 500), which a client takes for a server in
+    trouble (an outage to ride out): the step model answers what the client got wrong with 400."""
+    body = json.dumps({'parameters': {'sequence_id': 99, 'sequence_start': True},
+                       'inputs': [{'name': 'OPS', 'shape': [1], 'datatype': 'INT32', 'data': [1]},
+                                  {'name': 'FRAME', 'shape': [3, 32, 32], 'datatype': 'FP32', 'data': [0.0] * 3072}]}).encode()
+    request = urllib.request.Request(f'{server.url}/v2/models/matanyone2/infer', body)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
+    assert 'not tracking' in json.loads(refused.value.read())['error']
+
+
 # ---------------------------------------------------------------------------------------------
 # The model repository
 
@@ -236,7 +250,9 @@ def test_a_server_killed_and_restarted_mid_stream(tmp_path, mode):
             pipeline.process.kill()
     assert not pipeline.errors
     assert sum('does not answer' in w for w in pipeline.warnings) == 1, pipeline.warnings
-    assert sum('no longer holds this stream' in w for w in pipeline.warnings) == 1, pipeline.warnings
+    # (The request in flight when it died may have run: the element then starts the stream over itself,
+    # else the restarted server says it lost the stream. Either way the track starts over once.)
+    assert sum('no longer holds this stream' in w for w in pipeline.warnings) <= 1, pipeline.warnings
     assert len(pipeline.infos) == 1 and 'answers again' in pipeline.infos[0]
     # (Frames already on their way when it went keep what they had: the few first are left out.)
     outage = pipeline.stats_between(('warning', 'does not answer'), ('info', 'answers again'))[5:]
@@ -359,8 +375,8 @@ class FakeHandler(http.server.BaseHTTPRequestHandler):
         if defect == 'not-json':
             self.reply(200, b'\xff' * 40 + body[40:], header_length=len(head))
         elif defect == 'truncated':
-            self.reply(200, body[:len(body) // 2], header_length=len(head), length=len(body))
-            self.close_connection = True
+            # A whole HTTP reply whose tensors announce more bytes than it holds.
+            self.reply(200, body[:len(body) // 2], header_length=len(head))
         elif defect == 'oversized':
             self.send_response(200)
             self.send_header('Inference-Header-Content-Length', str(len(head)))

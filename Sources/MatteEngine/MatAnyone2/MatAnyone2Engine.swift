@@ -169,7 +169,7 @@ public final class MatAnyone2Engine: MattingEngine {
         try EngineError.boundary(.processing) {
             do {
                 return try timedWarmUp(width: width, height: height)
-            } catch ServerFault.unreachable {
+            } catch is ServerFault {
                 // (A server gone since the start, or not there yet in a live chain: the frames say so,
                 // once; their cost is measured as they come.)
                 tracks?.reset()
@@ -183,6 +183,7 @@ public final class MatAnyone2Engine: MattingEngine {
         let start = monotonicMs()
         try black.withUnsafeBufferPointer { pixels in
             let tracks = try prepare(for: BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4))
+            tracks.reset()  // (the warm-up starts every slot afresh; on a server, the stream too)
             tracks.loadBlack()
             let blank = [Float](repeating: 0, count: tracks.width * tracks.height)
             try tracks.run((0..<tracks.slots).map { .start($0, seed: blank, warmupPasses: 0) })
@@ -230,13 +231,19 @@ public final class MatAnyone2Engine: MattingEngine {
             reset()
             do {
                 try matteTracked(frame, into: alpha, report: &report)
-            } catch ServerFault.unreachable {
-                withoutPerson(alpha, report: &report)
+            } catch let fault as ServerFault {
+                rideOut(fault, alpha, report: &report)
             }
-        } catch ServerFault.unreachable {
-            // (The client said so once, when it stopped answering; it retries with backoff.)
-            withoutPerson(alpha, report: &report)
+        } catch let fault as ServerFault {
+            rideOut(fault, alpha, report: &report)
         }
+    }
+
+    /// A frame the server did not answer: without a matte (the client said so once, and retries with
+    /// backoff). When the request may have run there, the tracks start over once it answers.
+    private func rideOut(_ fault: ServerFault, _ alpha: GrayImage, report: inout FrameReport) {
+        if case .unreachable = fault {} else { reset() }
+        withoutPerson(alpha, report: &report)
     }
 
     /// A frame without anyone tracked: `no-person-alpha` everywhere.

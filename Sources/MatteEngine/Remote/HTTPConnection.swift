@@ -3,20 +3,18 @@ import Foundation
 
 /// Why a request got no usable answer, as far as the transport can tell.
 enum TransportFailure: Error, CustomStringConvertible {
-    /// No answer: refused, unresolvable, timed out, reset, closed before replying. The server may come back.
-    case unreachable(String)
+    /// No answer: refused, unresolvable, timed out, reset, closed before or while replying. The server may
+    /// come back. `sent`: the request may have reached it (and run); false when no connection was made.
+    case unreachable(String, sent: Bool)
     /// TLS refused: the certificate is not trusted, or the handshake failed.
     case tls(String)
-    /// The reply ended before the length it announced.
-    case truncated(String)
     /// The reply is larger than any answer to this request can be.
     case oversized(limit: Int)
 
     var description: String {
         switch self {
-        case let .unreachable(detail): return detail
+        case let .unreachable(detail, _): return detail
         case let .tls(detail): return "TLS: \(detail)"
-        case let .truncated(detail): return "a truncated reply (\(detail))"
         case let .oversized(limit): return "a reply over \(limit) bytes, more than any answer to this request"
         }
     }
@@ -47,7 +45,7 @@ final class HTTPConnection {
 
     init(base: String, timeoutMs: Int, caFile: String?, bearer: String?) throws {
         _ = HTTPConnection.globalInit
-        guard let handle = curl_easy_init() else { throw TransportFailure.unreachable("libcurl could not make a connection handle") }
+        guard let handle = curl_easy_init() else { throw TransportFailure.unreachable("libcurl could not make a connection handle", sent: false) }
         self.handle = handle
         self.base = base
         self.bearer = bearer
@@ -76,6 +74,11 @@ final class HTTPConnection {
         mat_curl_set_callback(handle, CURLOPT_READFUNCTION, { data, size, count, user in
             Unmanaged<BodySource>.fromOpaque(user!).takeUnretainedValue().read(into: data, size * count)
         })
+        // (A kept-alive connection that died under a request: libcurl rewinds the body and sends it again.)
+        mat_curl_set_seek(handle, { user, offset, origin in
+            guard origin == SEEK_SET else { return CURL_SEEKFUNC_CANTSEEK }
+            return Unmanaged<BodySource>.fromOpaque(user!).takeUnretainedValue().seek(to: Int(offset)) ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL
+        })
     }
 
     deinit {
@@ -83,8 +86,10 @@ final class HTTPConnection {
         errorBuffer.deallocate()
     }
 
-    func get(_ path: String, limit: Int) throws -> HTTPReply {
+    func get(_ path: String, limit: Int, timeoutMs: Int? = nil) throws -> HTTPReply {
         mat_curl_set_long(handle, CURLOPT_HTTPGET, 1)
+        if let timeoutMs { mat_curl_set_long(handle, CURLOPT_TIMEOUT_MS, timeoutMs) }
+        defer { if timeoutMs != nil { mat_curl_set_long(handle, CURLOPT_TIMEOUT_MS, self.timeoutMs) } }
         return try perform(path, headers: [], body: nil, limit: limit)
     }
 
@@ -113,6 +118,7 @@ final class HTTPConnection {
         mat_curl_set_pointer(handle, CURLOPT_HEADERDATA, sinkPointer)
         if let body {
             mat_curl_set_pointer(handle, CURLOPT_READDATA, Unmanaged.passUnretained(body).toOpaque())
+            mat_curl_set_pointer(handle, CURLOPT_SEEKDATA, Unmanaged.passUnretained(body).toOpaque())
         }
         errorBuffer[0] = 0
         let code = withExtendedLifetime((sink, body)) { curl_easy_perform(handle) }
@@ -130,12 +136,13 @@ final class HTTPConnection {
         switch code {
         case CURLE_WRITE_ERROR where sink.overflowed:
             return .oversized(limit: sink.limit)
-        case CURLE_PARTIAL_FILE:
-            return .truncated(detail)
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM:
             return .tls(detail)
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY:
+            return .unreachable(detail, sent: false)
         default:
-            return .unreachable(detail)
+            // (A reply cut short, CURLE_PARTIAL_FILE, is a server that died while answering.)
+            return .unreachable(detail, sent: true)
         }
     }
 }
@@ -181,6 +188,19 @@ private final class BodySource {
     init(_ parts: [UnsafeRawBufferPointer]) {
         self.parts = parts.filter { $0.count > 0 }
         total = parts.reduce(0) { $0 + $1.count }
+    }
+
+    /// Back to byte `position` of the body (libcurl sends it again on a new connection).
+    func seek(to position: Int) -> Bool {
+        guard position >= 0, position <= total else { return false }
+        var left = position
+        part = 0
+        while part < parts.count, left >= parts[part].count {
+            left -= parts[part].count
+            part += 1
+        }
+        offset = left
+        return true
     }
 
     func read(into destination: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int {

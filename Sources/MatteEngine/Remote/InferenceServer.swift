@@ -69,14 +69,17 @@ public enum EngineNotice: Equatable, Sendable {
 
 /// A request the server did not act on, which the engine handles without an error.
 enum ServerFault: Error, CustomStringConvertible {
-    /// No answer (the client said so once, and retries with backoff).
+    /// No answer, and the request never reached the server (the client said so once, and retries with backoff).
     case unreachable(String)
+    /// No answer to a request that may have reached the server and run there: the stream's state there
+    /// is no longer known, so it starts over when the server answers.
+    case interrupted(String)
     /// The server holds no state for this stream any more.
     case stateLost(String)
 
     var description: String {
         switch self {
-        case let .unreachable(detail): return "the inference server does not answer: \(detail)"
+        case let .unreachable(detail), let .interrupted(detail): return "the inference server does not answer: \(detail)"
         case let .stateLost(detail): return "the inference server lost the stream: \(detail)"
         }
     }
@@ -136,9 +139,10 @@ final class StepClient {
                                         bearer: try StepClient.token(options.tokenFile))
         do {
             try verify()
-        } catch ServerFault.unreachable(let detail) where options.waitForServer {
-            markDown(detail)
-        } catch ServerFault.unreachable(let detail) {
+        } catch let fault as ServerFault where options.waitForServer {
+            markDown(fault.detail)
+        } catch let fault as ServerFault {
+            let detail = fault.detail
             throw EngineError.serverUnavailable(url: address, detail: detail + ". Start the server (scripts/serve.sh on a "
                                                 + "machine with the models), check inference-server, or use mode=async to carry on without it")
         }
@@ -201,9 +205,13 @@ final class StepClient {
 
     /// An HTTP status the step cannot use, as the error or fault it means.
     private func checkStatus(_ reply: HTTPReply, during what: String) throws {
+        if reply.status == 200 { return }
+        let message = KServe.errorMessage(reply)
+        // (Triton's own words for a sequence it does not know, and the step model's.)
+        if message.contains("matanyone2-state-lost") || message.contains("must specify the START flag") {
+            throw ServerFault.stateLost(message)
+        }
         switch reply.status {
-        case 200:
-            return
         case 401, 403:
             throw EngineError.serverRefused(url: address, detail: "\(what): \(KServe.errorMessage(reply)) "
                                             + "(check server-token-file; the token is not shown)")
@@ -211,13 +219,15 @@ final class StepClient {
             throw EngineError.modelMissing(path: "\(address)/v2/models/\(options.model)",
                                            hint: "The server has no model '\(options.model)' (\(KServe.errorMessage(reply))): serve "
                                                + "the repository tools/serve/repository.py writes (scripts/serve.sh), or set server-model.")
-        case 408, 429, 500...599:
-            throw ServerFault.unreachable("\(what): \(KServe.errorMessage(reply))")
+        case 429, 502, 503:
+            // A proxy or server answering for a backend that is not there (or not yet).
+            throw ServerFault.unreachable("\(what): \(message)")
+        case 408, 504:
+            // Timed out behind a proxy: the request may have run.
+            throw ServerFault.interrupted("\(what): \(message)")
+        case 500...599:
+            throw EngineError.inference(detail: "the inference server failed on the request (\(what)): \(message)")
         default:
-            let message = KServe.errorMessage(reply)
-            if message.contains("matanyone2-state-lost") || message.contains("must specify the START flag") {
-                throw ServerFault.stateLost(message)
-            }
             throw EngineError.inference(detail: "the inference server refused the request (\(what)): \(message)")
         }
     }
@@ -228,12 +238,12 @@ final class StepClient {
             return try exchange()
         } catch let failure as TransportFailure {
             switch failure {
-            case let .unreachable(detail):
-                throw ServerFault.unreachable(detail)
+            case let .unreachable(detail, sent):
+                throw sent ? ServerFault.interrupted(detail) : ServerFault.unreachable(detail)
             case .tls:
                 throw EngineError.serverUnavailable(url: address, detail: "\(failure). The server's certificate must be trusted by the "
                                                     + "system's CA store, or by the PEM file named in server-ca-file")
-            case .truncated, .oversized:
+            case .oversized:
                 throw EngineError.inference(detail: "the inference server at \(address) sent \(failure)")
             }
         }
@@ -317,25 +327,38 @@ final class StepClient {
         let computeMs: Double
     }
 
-    /// Sends one step request on the stream; a START when the stream has not started.
-    func step(_ payload: Payload, regionsLost: () throws -> Void = {}) throws -> Reply {
-        if down != nil, monotonicMs() < retryAtMs { throw ServerFault.unreachable(down!.detail) }
-        do {
+    /// Sends one step request on the stream; a START when the stream has not started. Throws
+    /// `RegionsLost` when the server no longer knows the shared memory regions it names.
+    func step(_ payload: Payload) throws -> Reply {
+        try guarded {
             if !verified { try verify() }
-            let reply: Reply
-            do {
-                reply = try exchange(payload)
-            } catch is RegionsLost {
-                // The server forgot our shared memory (it restarted): register again, once.
-                try regionsLost()
-                reply = try exchange(payload)
-            }
+            return try exchange(payload)
+        }
+    }
+
+    /// Runs `body` (requests to the server) unless the server is down and not due to be tried again;
+    /// keeps the outage state: a fault starts or extends it, an answer ends it.
+    func guarded<T>(_ body: () throws -> T) throws -> T {
+        if let down, monotonicMs() < retryAtMs { throw ServerFault.unreachable(down.detail) }
+        do {
+            let result = try body()
             markUp()
-            return reply
+            return result
         } catch let fault as ServerFault {
-            if case let .unreachable(detail) = fault { markDown(detail) }
-            if case .stateLost = fault { markUp(); streamStarted = false }
+            switch fault {
+            case let .unreachable(detail):
+                markDown(detail)
+            case let .interrupted(detail):
+                markDown(detail)
+                streamStarted = false
+            case .stateLost:
+                markUp()
+                streamStarted = false
+            }
             throw fault
+        } catch is RegionsLost {
+            markUp()
+            throw RegionsLost()
         }
     }
 
@@ -405,12 +428,14 @@ final class StepClient {
     private func pollStatistics() {
         let now = monotonicMs()
         if let statistics, now - statistics.atMs < 1000 { return }
-        guard let reply = try? connection.get("/v2/models/\(options.model)/stats", limit: 1 << 20), reply.status == 200,
+        // (Its own short limit: statistics are worth less than the next frame.)
+        guard let reply = try? connection.get("/v2/models/\(options.model)/stats", limit: 1 << 20, timeoutMs: 1000), reply.status == 200,
               let object = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
               let models = object["model_stats"] as? [[String: Any]], let stats = models.first?["inference_stats"] as? [String: Any],
               let queue = stats["queue"] as? [String: Any], let count = queue["count"] as? Int, let ns = queue["ns"] as? Double ?? (queue["ns"] as? Int).map(Double.init)
         else { return }
-        if let previous = statistics, count > previous.count {
+        guard count >= 0, ns >= 0 else { return }
+        if let previous = statistics, count > previous.count, ns >= previous.ns {
             timing.queueMs = (ns - previous.ns) / Double(count - previous.count) / 1e6
         }
         statistics = (now, count, ns)
@@ -418,9 +443,14 @@ final class StepClient {
 
     // MARK: Shared memory
 
-    /// Registers `region` with the server under its key's name.
+    /// Registers `region` with the server under its key's name (afresh: a registration a timeout
+    /// hid, or one from before a failure, is dropped first).
     func register(_ region: SharedMemoryRegion) throws {
         let name = String(region.key.dropFirst())
+        _ = try send {
+            try connection.post("/v2/systemsharedmemory/region/\(name)/unregister", headers: ["Content-Type: application/json"],
+                                parts: [], limit: 1 << 16)
+        }
         let body = try JSONSerialization.data(withJSONObject: ["key": region.key, "offset": 0, "byte_size": region.size] as [String: Any])
         let reply = try body.withUnsafeBytes { json in
             try send {
@@ -443,5 +473,13 @@ final class StepClient {
         guard streamStarted, down == nil, lastSlots > 0 else { return }
         let stops = [Int32](repeating: 3, count: lastSlots)
         _ = try? exchange(Payload(ops: stops, end: true, timeoutMs: 1000))
+    }
+}
+
+extension ServerFault {
+    var detail: String {
+        switch self {
+        case let .unreachable(detail), let .interrupted(detail), let .stateLost(detail): return detail
+        }
     }
 }

@@ -122,7 +122,7 @@ enum KServe {
             guard binary == bytes else {
                 throw MalformedReply("output \(name) \(datatype)\(shape) needs \(bytes) bytes, its binary_data_size says \(binary)")
             }
-            guard next + bytes <= body.count else {
+            guard bytes <= body.count - next else {
                 throw MalformedReply("output \(name) runs past the end of the body (truncated)")
             }
             tensors[name] = Tensor(datatype: datatype, shape: shape, bytes: next..<(next + bytes), count: count)

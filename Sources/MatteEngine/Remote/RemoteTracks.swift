@@ -78,9 +78,10 @@ final class RemoteTracks: Tracks {
     func meanUncertainty(_ slot: Int, over person: [Bool]) throws -> Double {
         let padded = MatAnyone2Core.paddedSize(width: width, height: height)
         let (padTop, padLeft) = ((padded.height - height) / 2, (padded.width - width) / 2)
-        let grid = uncertainty.withUnsafeBufferPointer { $0.baseAddress! + slot * gridWidth * gridHeight }
-        return MatAnyone2Core.meanUncertainty(grid, columns: gridWidth, rows: gridHeight, padTop: padTop, padLeft: padLeft,
-                                              width: width, height: height, over: person)
+        return uncertainty.withUnsafeBufferPointer { cells in
+            MatAnyone2Core.meanUncertainty(cells.baseAddress! + slot * gridWidth * gridHeight, columns: gridWidth, rows: gridHeight,
+                                           padTop: padTop, padLeft: padLeft, width: width, height: height, over: person)
+        }
     }
 
     func load(_ frame: BGRAImage, through down: Resampler) {
@@ -124,13 +125,32 @@ final class RemoteTracks: Tracks {
         let working = opcodes.contains { $0 == 1 || $0 == 2 }
         // A stream the server does not hold has nothing to stop.
         if !client.streamStarted && !working { applyStops(opcodes); return }
-        if sharing == .pending { try registerRegions() }
         let starting = seeds.keys.sorted()
         let seedBytes = input.base.assumingMemoryBound(to: UInt8.self) + frameBytes
         for (index, slot) in starting.enumerated() {
             let target = seedBytes + index * width * height
             for (offset, value) in seeds[slot]!.enumerated() { target[offset] = UInt8((value * 255).rounded()) }
         }
+        do {
+            let reply: StepClient.Reply
+            do {
+                reply = try send(opcodes, starting: starting, warmupNow: warmupNow, working: working)
+            } catch is StepClient.RegionsLost {
+                // The server forgot our shared memory (it restarted): registered again, once.
+                sharing = .pending
+                reply = try send(opcodes, starting: starting, warmupNow: warmupNow, working: working)
+            }
+            try read(reply, expecting: opcodes)
+        } catch ServerFault.interrupted(let detail) {
+            // The request may have run there: what the slots hold is no longer known (the stream starts over).
+            applyStops([Int32](repeating: 3, count: slots))
+            throw ServerFault.interrupted(detail)
+        }
+    }
+
+    /// Builds and sends the request of `run` (the seeds already written after the frame).
+    private func send(_ opcodes: [Int32], starting: [Int], warmupNow: Int?, working: Bool) throws -> StepClient.Reply {
+        if sharing == .pending { try client.guarded { try registerRegions() } }
         let sendFrame = working && (!frameSent || !client.streamStarted)
         var payload = StepClient.Payload(ops: opcodes, warmupNow: warmupNow)
         let pixels = width * height
@@ -147,9 +167,16 @@ final class RemoteTracks: Tracks {
                                                 size: slots * gridWidth * gridHeight * 4)
         }
         payload.replyLimit = (1 << 20) + (sharing == .registered ? 0 : slots * (pixels + gridWidth * gridHeight * 4))
-        let reply = try client.step(payload, regionsLost: { [self] in sharing = .pending; try registerRegions() })
-        if sendFrame { frameSent = true }
-        try read(reply, expecting: opcodes)
+        do {
+            let reply = try client.step(payload)
+            if sendFrame { frameSent = true }
+            return reply
+        } catch let lost as StepClient.RegionsLost where sharing == .registered {
+            throw lost
+        } catch is StepClient.RegionsLost {
+            throw EngineError.inference(detail: "the inference server at \(client.address) does not know a shared memory region "
+                                        + "it was just given")
+        }
     }
 
     /// A request tensor: in the body (its bytes in `buffer`), or where it lies in the registered region.
