@@ -5,12 +5,12 @@ messages read as they come; fake servers and proxies for what a real server neve
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+from tools.bench import parse_stats
 from tools.serve.process import REPO, TritonServer, free_port  # noqa: F401 (the tests import them from here)
 
 
@@ -26,25 +26,6 @@ def data_dir() -> Path:
 def own_server(folder: Path, **options) -> TritonServer:
     """A Triton server of its own serving the random-init test set."""
     return TritonServer(folder, models_dir() / 'matanyone2', **options)
-
-
-STATS = re.compile(r'matanyone-stats, (.*);')
-FIELD = re.compile(r'([\w-]+)=\((\w+)\)([^,]+)')
-
-
-def parse_fields(text: str) -> dict:
-    row = {}
-    for name, kind, value in FIELD.findall(text):
-        value = value.strip().strip('"')
-        if kind in ('double', 'float'):
-            row[name] = float(value)
-        elif kind in ('guint64', 'uint', 'int', 'gint64'):
-            row[name] = int(value)
-        elif kind == 'boolean':
-            row[name] = value == 'true'
-        else:
-            row[name] = value
-    return row
 
 
 class Pipeline:
@@ -65,10 +46,9 @@ class Pipeline:
     def _read(self):
         for line in self.process.stdout:
             self.lines.append(line)
-            match = STATS.search(line)
-            if match:
-                self.stats.append(parse_fields(match.group(1)))
-                self.events.append(('stats', self.stats[-1]))
+            for row in parse_stats(line):
+                self.stats.append(row)
+                self.events.append(('stats', row))
             # gst-launch prints "WARNING: from element ...: <text>"; -m prints each message as it comes.
             if line.startswith('WARNING: from element'):
                 self.warnings.append(line.strip())
