@@ -336,6 +336,8 @@ def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignm
         element += f" alignment={alignment}"
     if args.model_dir:
         element += f" model-dir={shlex.quote(str(Path(args.model_dir).resolve()))}"
+    if getattr(args, "threads", None) is not None:
+        element += f" threads={args.threads}"
     if engine == "matanyone2":
         element += f" seed=mask seed-mask={shlex.quote(str(mask))}"
     return (f"{source_description(args)} ! {element} "
@@ -461,6 +463,7 @@ def main(argv=None) -> int:
     parser.add_argument("--outputs", default="default", help=f"comma-separated: {', '.join(OUTPUTS)}")
     parser.add_argument("--element-p95-ms", type=float, help="also a target: the element's total-ms p95 at most this")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
+    parser.add_argument("--threads", type=int, help="the element's threads (default: its own default)")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "live.json")
     parser.add_argument("--commit", action="store_true", help="also write OUT_DIR/live-<engine>-<mode>.json")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench")
