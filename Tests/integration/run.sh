@@ -19,6 +19,7 @@ inspect_lists_everything() {
     local text; text="$(gst-inspect-1.0 matanyone)" || return 1
     for word in "Filter/Effect/Video" "SINK template" "SRC template" "GRAY8" "RGBA" "BGRA" output background \
                 background-color alpha-mode gray-range model-dir engine stats-interval runtime-library threads execution-provider gpu-device \
+                inference-server server-timeout server-shared-memory \
                 "License                  LGPL"; do
         grep -q -- "$word" <<<"$text" || { echo "gst-inspect-1.0 matanyone lacks '$word'"; return 1; }
     done
@@ -57,6 +58,23 @@ live_dry_run() {
         timeout 60 "$ROOT/examples/pipelines/live-webcam-blur.sh"
 }
 check "example: live camera, async blur, leaky queue (videotestsrc stands in for v4l2src)" live_dry_run
+
+# MatAnyone2 on the Triton server scripts/test.sh started (MATANYONE_TEST_SERVER): every frame out,
+# seeded from this machine's segmenter, matted there.
+live_via_server() {
+    [ -n "${MATANYONE_TEST_SERVER:-}" ] || { echo "MATANYONE_TEST_SERVER is not set: scripts/test.sh starts the server"; return 1; }
+    local log="$OUT/live-server.log"
+    timeout 120 gst-launch-1.0 -m -e filesrc location="$ROOT/build/test-data/test-sample2-512x288.bgra" \
+        ! rawvideoparse format=bgra width=512 height=288 framerate=30/1 ! identity sync=true \
+        ! matanyone mode=async inference-server="$MATANYONE_TEST_SERVER" background=blur stats-interval=1 \
+        ! fakesink >"$log" 2>&1 || return 1
+    grep -q "Got EOS" "$log" || { echo "no EOS"; return 1; }
+    grep -q "provider=(string)server" "$log" || { echo "no stats from the server path"; return 1; }
+    # The script itself, as a user runs it (a dry run: videotestsrc for the camera).
+    SOURCE="videotestsrc is-live=true num-buffers=45 pattern=ball" SINK="fakesink sync=true" \
+        timeout 60 "$ROOT/examples/pipelines/live-via-server.sh" "$MATANYONE_TEST_SERVER" >"$OUT/live-server-script.log" 2>&1
+}
+check "example: live camera matted on the inference server (the test clip stands in for v4l2src)" live_via_server
 
 # The broadcast chain: live source → matanyone (async) → H.264 → MPEG-TS → RTP/UDP on loopback, and a
 # receiving pipeline that decodes what arrives into PNGs.
