@@ -551,6 +551,10 @@ def test_a_server_behind_a_delayed_link(server, tmp_path):
     near_wire = median(steady(near_run), 'server-ms') - median(steady(near_run), 'server-compute-ms')
     print(f'round trip beyond the server\'s compute: {far_wire:.1f} ms behind the link, {near_wire:.1f} ms on loopback')
     assert far_wire >= near_wire + 9, 'the element sees the link\'s 10 ms round trip'
-    # The latency it reports (and predictive QoS, which drops by the same estimate) follows the server's time.
-    assert median(far_run.stats[-20:], 'latency-ms') >= median(near_run.stats[-20:], 'latency-ms') + 5
+    # The latency it reports (and predictive QoS, which drops by the same estimate) covers the server's
+    # time, link included: each frame's cost counts its round trip, and the reported latency (a high
+    # percentile of those costs) is at least their median. (Not compared across the two runs: the
+    # server computes on these same two cores, and its compute varies between runs by more than 10 ms.)
+    assert all(s['total-ms'] >= s['server-ms'] for s in steady(far_run))
+    assert median(far_run.stats[-20:], 'latency-ms') >= median(steady(far_run), 'server-ms')
     assert far_run.stats[-1]['frames-dropped'] > 0
