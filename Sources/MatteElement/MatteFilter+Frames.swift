@@ -22,6 +22,7 @@ extension MatteFilter {
         let timing = handle.liveTiming(of: buffer)
         arrived(handle.arrival(of: buffer, timing: timing), pts: buffer.pointee.pts)
         watchBacklog(timing)
+        awaitReseedMask()
         if isAsync {
             let owned = OwnedBuffer(taking: buffer)
             let releaser = heldFrameReleaser
@@ -73,7 +74,12 @@ extension MatteFilter {
             posts.append(.streamError(problem))
             return false
         }
-        let reseed = pendingReseed.take()
+        // (A mask still loading stays pending: it reseeds the first frame after it has loaded.)
+        let reseed = pendingReseed.withLock { pending -> SeedSource?? in
+            guard case let .ready(source) = pending else { return nil }
+            pending = nil
+            return .some(source)
+        }
         if reseed != nil { DebugLog.log(GST_LEVEL_LOG, handle, "reseeding at pts \(input.pts)") }
         state.apply(seed: pendingSeed.take(), reseed: reseed)
         return true

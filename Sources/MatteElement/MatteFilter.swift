@@ -65,9 +65,8 @@ final class MatteFilter {
     private let settings = Locked(Settings())
     let stream = Locked<StreamState?>(nil)
     let latency = Locked(LatencyState())
-    /// A reseed asked for by a signal or event: nil nothing pending; .some(nil) as configured;
-    /// .some(source) from that source.
-    let pendingReseed = Locked<SeedSource??>(nil)
+    /// A reseed asked for by a signal or event and not yet applied (nil: none).
+    let pendingReseed = Locked<PendingReseed?>(nil)
     /// A seed mask set while playing: used from the next (re)seed on.
     let pendingSeed = Locked<SeedSource?>(nil)
     /// Reseed requests made so far (see `requestReseed`); `stop` counts as one, so that a mask still
@@ -252,13 +251,24 @@ final class MatteFilter {
     /// Asks for a reseed on the next frame (the `reseed` action signal and the `matanyone-reseed`
     /// event); `maskPath` optionally names a new mask. Any thread. A mask is decoded on a worker
     /// thread, not on the caller's (a serialized event must not hold the stream while an image
-    /// decodes): the reseed then happens on the first frame after it loaded. Requests count in the
-    /// order they were made: a mask that finishes loading after a newer request is not used.
-    func requestReseed(maskPath: String?) {
+    /// decodes). For a serialized event the next frame waits for that load (see `awaitReseedMask`),
+    /// so the reseed acts on exactly the frame after the event; otherwise it happens on the first
+    /// frame after the mask loaded. Requests count in the order they were made: a mask that finishes
+    /// loading after a newer request is not used.
+    func requestReseed(maskPath: String?, serialized: Bool = false) {
         DebugLog.log(GST_LEVEL_INFO, handle, "reseed requested" + (maskPath.map { " with mask \($0)" } ?? ""))
+        let load = serialized ? maskPath.map { MaskLoad(path: $0) } : nil
         let ticket = reseedRequests.withLock { count -> Int in
             count += 1
-            if maskPath == nil { pendingReseed.withLock { $0 = .some(nil) } }
+            pendingReseed.withLock { pending in
+                if let load {
+                    pending = .loading(load)
+                } else if maskPath == nil {
+                    pending = .ready(nil)
+                } else if case .loading = pending {
+                    pending = nil  // (superseded: no frame waits for a mask that will not be used)
+                }
+            }
             return count
         }
         guard let maskPath else { return }
@@ -274,10 +284,34 @@ final class MatteFilter {
             }
             let newest = reseedRequests.withLock { count -> Bool in
                 guard count == ticket else { return false }
-                pendingReseed.withLock { $0 = .some(source) }
+                pendingReseed.withLock { pending in
+                    // A frame may already be waiting for this load (it then takes the result from it).
+                    if load == nil || pending?.isLoading(load) == true { pending = .ready(source) }
+                }
                 return true
             }
+            load?.finish(source)
             if !newest { DebugLog.log(GST_LEVEL_DEBUG, handle, "mask \(maskPath) loaded after a newer reseed request: not used") }
+        }
+    }
+
+    /// How long the frame after a serialized `matanyone-reseed` waits for its mask: a mask decodes
+    /// in tens of milliseconds; a load slower than this (a stalled file system) must not stall the
+    /// stream, and the reseed then happens on the first frame after the load.
+    static let reseedMaskWaitMs = 1000
+
+    /// Before a frame: when a serialized reseed's mask is still loading, waits for it (bounded, no
+    /// lock held), so that the frame right after the event is the one reseeded.
+    func awaitReseedMask() {
+        guard let load = pendingReseed.withLock({ $0?.loadToAwait }) else { return }
+        guard let source = load.wait(ms: Self.reseedMaskWaitMs) else {
+            ErrorMapping.postWarning("reseed mask \(load.path) took longer than \(Self.reseedMaskWaitMs) ms to load: "
+                                     + "the reseed comes on the first frame after it has loaded, not on the frame after the event",
+                                     on: handle)
+            return
+        }
+        pendingReseed.withLock { pending in
+            if pending?.isLoading(load) == true { pending = .ready(source) }
         }
     }
 
@@ -505,7 +539,7 @@ final class MatteFilter {
             // A seek's new segment starts the track over; the same segment sent again does not.
             if !segment.sameTimeline(as: handle.inputSegment) { resetStream(reason: "new segment") }
         case let .reseed(maskPath, serialized):
-            requestReseed(maskPath: maskPath)
+            requestReseed(maskPath: maskPath, serialized: serialized)
             if serialized { return holdOrWait(raw) }
         case let .other(serialized):
             if serialized { return holdOrWait(raw) }

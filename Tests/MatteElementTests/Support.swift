@@ -129,6 +129,21 @@ func runPipeline(_ description: String, timeout: Double = 60, before: ((UnsafeMu
     return run
 }
 
+/// The texts of the WARNING messages waiting on `bus` (popped).
+func popWarnings(_ bus: UnsafeMutablePointer<GstBus>) -> [String] {
+    var texts: [String] = []
+    while let message = gst_bus_pop_filtered(bus, GST_MESSAGE_WARNING) {
+        var error: UnsafeMutablePointer<GError>?
+        gst_message_parse_warning(message, &error, nil)
+        if let error {
+            texts.append(String(cString: error.pointee.message))
+            g_error_free(error)
+        }
+        gst_message_unref(message)
+    }
+    return texts
+}
+
 /// Resident set size of this process, in bytes.
 func residentBytes() -> Int {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
@@ -181,11 +196,12 @@ func maxDifference(_ a: [UInt8], _ b: [UInt8]) -> Int { zip(a, b).map { abs(Int(
 
 /// The GRAY8 outputs of a harnessed element (`description`, named `m`) for `frame` (one 512×288 BGRA
 /// frame) pushed `pushes` times; `between` runs before each push with the element and the index.
-func harnessOutputs(_ description: String, frame: [UInt8], pushes: Int,
+func harnessOutputs(_ description: String, frame: [UInt8], pushes: Int, bus: UnsafeMutablePointer<GstBus>? = nil,
                     between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil) throws -> [[UInt8]] {
     precondition(gstreamerReady)
     let harness = gst_harness_new_parse(description)!
     defer { gst_harness_teardown(harness) }
+    if let bus { gst_element_set_bus(harness.pointee.element, bus) }
     gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=512,height=288,framerate=25/1")
     gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8,width=512,height=288,framerate=25/1")
     // gst_harness_new_parse wraps the element in a bin.

@@ -1,0 +1,60 @@
+import Foundation
+import MatteEngine
+
+/// A reseed asked for and not yet applied to a frame.
+enum PendingReseed {
+    /// From this source (nil: as configured).
+    case ready(SeedSource?)
+    /// A serialized event's mask, still decoding: the frame after the event waits for it.
+    case loading(MaskLoad)
+
+    func isLoading(_ load: MaskLoad?) -> Bool {
+        if case let .loading(pending) = self { return pending === load }
+        return false
+    }
+
+    /// The load the next frame must wait for: one still decoding that no frame has waited for yet
+    /// (a frame waits once; after a timeout the reseed comes when the load completes).
+    var loadToAwait: MaskLoad? {
+        if case let .loading(load) = self, load.claimWait() { return load }
+        return nil
+    }
+}
+
+/// The decoding of a serialized reseed's mask, which the frame after the event waits for.
+final class MaskLoad: @unchecked Sendable {
+    let path: String
+    private let condition = NSCondition()
+    /// nil while loading; then the source (nil inside: the load failed, reseed as configured).
+    private var result: SeedSource??
+    private var waitClaimed = false
+
+    init(path: String) { self.path = path }
+
+    func finish(_ source: SeedSource?) {
+        condition.lock()
+        result = .some(source)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// True the first time only: one frame waits for a load, not every frame while it is slow.
+    func claimWait() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        if waitClaimed { return false }
+        waitClaimed = true
+        return true
+    }
+
+    /// The load's result, or nil when it has not finished within `ms`.
+    func wait(ms: Int) -> SeedSource?? {
+        let deadline = Date(timeIntervalSinceNow: Double(ms) / 1000)
+        condition.lock()
+        defer { condition.unlock() }
+        while result == nil {
+            if !condition.wait(until: deadline) { break }
+        }
+        return result
+    }
+}
