@@ -5,7 +5,8 @@ import MatteEngine
 /// missing model or input file → RESOURCE/NOT_FOUND; unreadable file → RESOURCE/OPEN_READ; an
 /// inference server out of reach → RESOURCE/OPEN_READ_WRITE, refusing us → RESOURCE/NOT_AUTHORIZED; unusable
 /// model or runtime, a GPU provider that cannot run → LIBRARY/INIT; bad settings → LIBRARY/SETTINGS; a failure on a frame →
-/// STREAM/FAILED; a buffer that does not match its caps → STREAM/FORMAT.
+/// STREAM/FAILED; a buffer that does not match its caps → STREAM/FORMAT. The element's own refusals
+/// (`ElementError`) map here too.
 enum ErrorMapping {
     static func domainAndCode(for error: EngineError) -> (GQuark, Int32) {
         switch error {
@@ -26,13 +27,42 @@ enum ErrorMapping {
         }
     }
 
-    /// Posts an ERROR message on the bus for `error` (any error; non-engine ones count as STREAM/FAILED).
+    static func domainAndCode(for error: ElementError) -> (GQuark, Int32) {
+        switch error {
+        case .sizesDiffer, .unsupportedOutputFormat:
+            return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+        case .streamFormat:
+            return (gst_stream_error_quark(), Int32(GST_STREAM_ERROR_FORMAT.rawValue))
+        }
+    }
+
+    /// Posts an ERROR message on the bus for `error`: the element's own, or the engine's (any other
+    /// error counts as STREAM/FAILED).
     static func postError(_ error: Error, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
+        if let own = error as? ElementError {
+            let (domain, code) = domainAndCode(for: own)
+            if case .streamFormat = own {} else { DebugLog.log(GST_LEVEL_ERROR, element, "\(own)", file: file, function: function, line: line) }
+            post(GST_MESSAGE_ERROR, domain: domain, code: code, text: own.description, debug: own.description,
+                 on: element, file: file, function: function, line: line)
+            return
+        }
         let engineError = EngineError.classify(error, during: .processing)
         let (domain, code) = domainAndCode(for: engineError)
         DebugLog.log(GST_LEVEL_ERROR, element, "\(engineError)", file: file, function: function, line: line)
         post(GST_MESSAGE_ERROR, domain: domain, code: code, text: engineError.description,
              debug: "\(engineError)", on: element, file: file, function: function, line: line)
+    }
+
+    /// Runs a vfunc's work: true when it succeeded; what it threw is posted (ERROR) and false returned.
+    static func succeeded(on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line,
+                          _ body: () throws -> Void) -> Bool {
+        do {
+            try body()
+            return true
+        } catch {
+            postError(error, on: element, file: file, function: function, line: line)
+            return false
+        }
     }
 
     /// Posts a WARNING (the element carries on).
@@ -59,22 +89,32 @@ enum ErrorMapping {
         }
     }
 
-    /// Posts an ERROR for a buffer the element cannot read or write as negotiated (STREAM/FORMAT).
-    static func postStreamFormatError(_ text: String, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
-        post(GST_MESSAGE_ERROR, domain: gst_stream_error_quark(), code: Int32(GST_STREAM_ERROR_FORMAT.rawValue),
-             text: text, debug: text, on: element, file: file, function: function, line: line)
-    }
-
-    /// Posts an ERROR for bad settings (LIBRARY/SETTINGS).
-    static func postSettingsError(_ text: String, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
-        postError(EngineError.badSettings(detail: text), on: element, file: file, function: function, line: line)
-    }
-
     private static func post(_ type: GstMessageType, domain: GQuark, code: Int32, text: String, debug: String,
                              on element: ElementHandle, file: String, function: String, line: Int) {
         // text and debug are transfer-full. The caller's place, not this file's: the debug line then
         // says where the element decided to fail.
         gst_element_message_full(element.element, type, domain, code, g_strdup(text), g_strdup(debug),
                                  file, function, Int32(line))
+    }
+}
+
+/// What the element itself refuses, as opposed to what the engine reports (`EngineError`); posted
+/// through `ErrorMapping.postError`.
+enum ElementError: Error, CustomStringConvertible {
+    /// Caps whose input and output sizes differ (LIBRARY/SETTINGS).
+    case sizesDiffer
+    /// An output format the element does not make (LIBRARY/SETTINGS).
+    case unsupportedOutputFormat
+    /// Input the element cannot read or write as negotiated: a buffer that does not match its caps,
+    /// interlaced caps (STREAM/FORMAT).
+    case streamFormat(String)
+
+    var description: String {
+        switch self {
+        // (Worded as the settings errors the engine reports.)
+        case .sizesDiffer: return "invalid settings: input and output sizes differ"
+        case .unsupportedOutputFormat: return "invalid settings: unsupported output format"
+        case let .streamFormat(text): return text
+        }
     }
 }

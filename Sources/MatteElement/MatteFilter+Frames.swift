@@ -71,7 +71,7 @@ extension MatteFilter {
     private func beginFrame(_ input: VideoFrameView, output: VideoFrameView?, state: StreamState, posts: inout [Post]) -> Bool {
         let outputBytes = state.output == .alpha ? 1 : 4
         if let problem = input.layoutProblem(bytesPerPixel: 4) ?? output?.layoutProblem(bytesPerPixel: outputBytes) {
-            posts.append(.streamError(problem))
+            posts.append(.error(ElementError.streamFormat(problem)))
             return false
         }
         // (A mask still loading stays pending: it reseeds the first frame after it has loaded.)
@@ -417,7 +417,7 @@ extension MatteFilter {
             guard let state, let (path, matting) = state.running else { return GST_FLOW_NOT_NEGOTIATED }
             let bytesPerPixel = state.output == .alpha ? 1 : 4
             if let problem = input.layoutProblem(bytesPerPixel: 4) ?? destination.layoutProblem(bytesPerPixel: bytesPerPixel) {
-                posts.append(.streamError(problem))
+                posts.append(.error(ElementError.streamFormat(problem)))
                 return GST_FLOW_ERROR
             }
             let start = monotonicMs()
@@ -469,8 +469,6 @@ extension MatteFilter {
         switch post {
         case let .error(error, file, function, line):
             ErrorMapping.postError(error, on: handle, file: file, function: function, line: line)
-        case let .streamError(text, file, function, line):
-            ErrorMapping.postStreamFormatError(text, on: handle, file: file, function: function, line: line)
         case .latency: handle.postLatencyMessage()
         case let .stats(structure): handle.postElementMessage(structure)
         case let .trackEvent(event, pts): handle.postElementMessage(MatteFilter.reseededMessage(event, pts: pts))

@@ -17,7 +17,6 @@ struct LatencyState {
 enum Post {
     /// (Errors keep where they were found: the bus message names that file, function and line.)
     case error(Error, file: String = #fileID, function: String = #function, line: Int = #line)
-    case streamError(String, file: String = #fileID, function: String = #function, line: Int = #line)
     case latency
     case stats(UnsafeMutablePointer<GstStructure>)
     /// A track (re)started or stopped (`matanyone-reseeded`).
@@ -115,8 +114,11 @@ final class MatteFilter {
             return current
         }
         DebugLog.log(GST_LEVEL_DEBUG, handle, "\(declaration.name) set to \(declaration.read(updated))")
-        if declaration.name == "output" { handle.reconfigureSource() }
-        if declaration.name == "seed-mask", running, updated.seed == .mask { seedMaskChanged(updated) }
+        switch declaration.sideEffect {
+        case .renegotiateSource?: handle.reconfigureSource()
+        case .loadSeedMask?: if running, updated.seed == .mask { seedMaskChanged(updated) }
+        case nil: break
+        }
         return true
     }
 
@@ -135,7 +137,11 @@ final class MatteFilter {
 
     // MARK: Lifecycle
 
-    func start() -> Bool {
+    /// The `start` vfunc: what `start` threw goes on the bus (ERROR), from here.
+    func startVfunc() -> Bool { ErrorMapping.succeeded(on: handle) { try start() } }
+
+    /// The stream's state made (sync: the engine too); a failure is thrown, for `startVfunc` to post.
+    func start() throws {
         let current = snapshot()
         let engines: EngineSlot
         if current.mode == .async {
@@ -146,19 +152,13 @@ final class MatteFilter {
                 return try self.startEngine(current)
             })
         } else {
-            do {
-                engines = EngineSlot(try startEngine(current))
-            } catch {
-                ErrorMapping.postError(error, on: handle)
-                return false
-            }
+            engines = EngineSlot(try startEngine(current))
         }
         stream.withLock { $0 = StreamState(engines: engines, mode: current.mode) }
         refusedCaps.withLock { $0 = nil }
         liveTiming.withLock { $0 = LiveTiming() }
         latency.withLock { $0 = LatencyState() }
         pendingSeed.withLock { $0 = nil }
-        return true
     }
 
     func stop() -> Bool {
@@ -218,8 +218,15 @@ final class MatteFilter {
         let engine = try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
                                                 workingShortSide: Int(settings.workingSize),
                                                 seed: { try seedSource(settings, maskPath: nil) })
-        return EngineWrappers.wrap(engine, elementNamed: handle.name)
+        return engineWrap.withLock { $0 }.map { $0(engine) } ?? engine
     }
+
+    /// A seam for in-process tests, injected by them (`wrapEngines`), never by the plugin: wraps
+    /// the engine this element makes from its next start on (an engine made slow on purpose, say),
+    /// so that the element's timing rules can be driven through real pipelines on any machine.
+    private let engineWrap = Locked<((MattingEngine) -> MattingEngine)?>(nil)
+
+    func wrapEngines(_ wrap: ((MattingEngine) -> MattingEngine)?) { engineWrap.withLock { $0 = wrap } }
 
     /// Where seeding comes from: a mask file (`maskPath`, else `seed-mask` with seed=mask), or the
     /// segmenter. An empty mask falls back to the segmenter with a warning.
@@ -376,7 +383,7 @@ final class MatteFilter {
         guard let negotiated = negotiatedOutput(outputInfo) else { return false }
         let width = Int(input.pointee.width), height = Int(input.pointee.height)
         guard width == Int(outputInfo.pointee.width), height == Int(outputInfo.pointee.height) else {
-            ErrorMapping.postSettingsError("input and output sizes differ", on: handle)
+            ErrorMapping.postError(ElementError.sizesDiffer, on: handle)
             return false
         }
         let interlacing = input.pointee.interlace_mode
@@ -395,32 +402,46 @@ final class MatteFilter {
         // pixel from itself, the blur and the edge colours computed first), so no output buffer is
         // allocated and no frame copied. Same bytes out.
         var inPlace = false
-        let result: Result<Double, Error>? = stream.withLock { state in
-            guard let state else { return nil }
+        let outcome = stream.withLock { state -> SizeOutcome in
+            guard let state else { return .notStarted }
             state.output = negotiated
             if case .sync = state.path { inPlace = negotiated == .composite(.bgra) }
             if let size = state.size, size == (width, height) {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
-                return .success(-1)
+                return .sameSize
             }
             state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.pointee.framesPerSecond)
-            return startSize(width: width, height: height, state: state, settings: current)
+            switch startSize(width: width, height: height, state: state, settings: current) {
+            case let .success(ms): return .started(warmUpMs: ms)
+            case let .failure(error): return .failed(error)
+            }
         }
         handle.setInPlace(inPlace)
-        switch result {
-        case nil:
+        switch outcome {
+        case .notStarted:
             return false
-        case let .failure(error)?:
+        case let .failed(error):
             refusedCaps.withLock { $0 = capsKey }
             ErrorMapping.postError(error, on: handle)
             return false
-        case let .success(ms)? where ms < 0:
+        case .sameSize:
             return true
-        case let .success(ms)?:
+        case let .started(ms):
             DebugLog.log(GST_LEVEL_DEBUG, handle, "warm-up at \(width)×\(height): \(ms) ms")
             startLatency(warmUpMs: ms, settings: current)
             return true
         }
+    }
+
+    /// What new caps did to the stream (`setInfo`).
+    private enum SizeOutcome {
+        /// The element is not started (no stream state).
+        case notStarted
+        /// The size the track runs at: it continues.
+        case sameSize
+        /// A new size, its models warmed up in this long.
+        case started(warmUpMs: Double)
+        case failed(Error)
     }
 
     /// What the source pad carries for its negotiated format (nil, with an error on the bus, for a
@@ -431,7 +452,7 @@ final class MatteFilter {
         case GST_VIDEO_FORMAT_BGRA: return .composite(.bgra)
         case GST_VIDEO_FORMAT_RGBA: return .composite(.rgba)
         default:
-            ErrorMapping.postSettingsError("unsupported output format", on: handle)
+            ErrorMapping.postError(ElementError.unsupportedOutputFormat, on: handle)
             return nil
         }
     }
@@ -445,9 +466,9 @@ final class MatteFilter {
         }
         guard !reported else { return }
         let mode = String(cString: gst_video_interlace_mode_to_string(interlacing))
-        ErrorMapping.postStreamFormatError("interlaced input (interlace-mode=\(mode)) is not matted: put deinterlace in "
-                                           + "front of the element (… ! deinterlace ! videoconvert ! video/x-raw,format=BGRA "
-                                           + "! matanyone …)", on: handle)
+        ErrorMapping.postError(ElementError.streamFormat("interlaced input (interlace-mode=\(mode)) is not matted: put deinterlace "
+                                                         + "in front of the element (… ! deinterlace ! videoconvert ! "
+                                                         + "video/x-raw,format=BGRA ! matanyone …)"), on: handle)
     }
 
     /// The latency reported from a new size on. In async mode a frame costs its copy and composite,

@@ -279,6 +279,14 @@ struct PropertyDeclaration {
     /// Model-affecting properties change only in READY (or NULL); the rest also while playing.
     enum Mutability { case ready, playing }
 
+    /// What setting the property does beyond storing its value.
+    enum SideEffect {
+        /// The source pad renegotiates (what it may carry changed).
+        case renegotiateSource
+        /// While playing with seed=mask, the new mask loads for the next (re)seed.
+        case loadSeedMask
+    }
+
     let name: String
     let nick: String
     let blurb: String
@@ -287,6 +295,14 @@ struct PropertyDeclaration {
     let read: (Settings) -> PropertyValue
     /// Stores a value of this property's kind (other kinds are ignored: GObject checked the type).
     let write: (inout Settings, PropertyValue) -> Void
+    private(set) var sideEffect: SideEffect?
+
+    /// This declaration, with what setting it does besides.
+    func onSet(_ effect: SideEffect) -> PropertyDeclaration {
+        var declaration = self
+        declaration.sideEffect = effect
+        return declaration
+    }
 
     static func enumeration<E: PropertyEnum>(_ name: String, _ nick: String, _ blurb: String, _ field: WritableKeyPath<Settings, E>,
                                              _ mutability: Mutability) -> PropertyDeclaration {
@@ -323,7 +339,8 @@ struct PropertyDeclaration {
     }
 
     static let all: [PropertyDeclaration] = [
-        .enumeration("output", "Output", "What the source pad carries: auto follows the downstream caps", \.output, .ready),
+        .enumeration("output", "Output", "What the source pad carries: auto follows the downstream caps", \.output, .ready)
+            .onSet(.renegotiateSource),
         .enumeration("background", "Background", "Background of the composite output", \.background, .playing),
         .enumeration("edge-colors", "Edge colours",
                      "Composites: the colour the person gets where the matte is soft (estimated: no halo of the old "
@@ -352,7 +369,8 @@ struct PropertyDeclaration {
                      "How MatAnyone2 gets its first-frame mask (until seeded, frames pass through with alpha 255)", \.seed, .ready),
         .string("seed-mask", "Seed mask",
                 "Image (PNG, JPEG, …; white = the person) that seeds MatAnyone2 with seed=mask; resized to the frame. "
-                    + "Changed while playing, it seeds the next (re)seed", \.seedMask, .playing),
+                    + "Changed while playing, it seeds the next (re)seed", \.seedMask, .playing)
+            .onSet(.loadSeedMask),
         .uint("mem-every", "Memory interval", "MatAnyone2: store a memory frame every N frames", \.memEvery, 0...1000, .ready),
         .uint("max-mem-frames", "Memory frames", "MatAnyone2: frames in working memory (the first frame plus the most recent ones)",
               \.maxMemFrames, 0...100, .ready),

@@ -238,6 +238,14 @@ private var parentTransformClass: UnsafeMutablePointer<GstBaseTransformClass> {
     UnsafeMutableRawPointer(parentClass).assumingMemoryBound(to: GstBaseTransformClass.self)
 }
 
+extension MatteFilter {
+    /// The behaviour of a `matanyone` element (nil for any other element): for in-process tests.
+    static func of(_ element: UnsafeMutablePointer<GstElement>) -> MatteFilter? {
+        g_type_check_instance_is_a(UnsafeMutableRawPointer(element).assumingMemoryBound(to: GTypeInstance.self), matAnyoneType) != 0
+            ? filter(element) : nil
+    }
+}
+
 private func filter(_ pointer: UnsafeMutableRawPointer?) -> MatteFilter {
     let instance = pointer!.assumingMemoryBound(to: GstMatAnyone.self)
     return Unmanaged<MatteFilter>.fromOpaque(instance.pointee.impl!).takeUnretainedValue()
@@ -320,7 +328,7 @@ private func installMetadataAndPads(_ elementClass: UnsafeMutablePointer<GstElem
 private func installTransformHandlers(_ transformClass: UnsafeMutablePointer<GstBaseTransformClass>) {
     transformClass.pointee.passthrough_on_same_caps = 0
     transformClass.pointee.transform_ip_on_passthrough = 0
-    transformClass.pointee.start = { trans in filter(trans).start() ? 1 : 0 }
+    transformClass.pointee.start = { trans in filter(trans).startVfunc() ? 1 : 0 }
     transformClass.pointee.stop = { trans in filter(trans).stop() ? 1 : 0 }
     transformClass.pointee.transform_caps = { trans, direction, caps, filterCaps in
         filter(trans).transformCaps(direction: direction, caps: caps!, filter: filterCaps)

@@ -30,6 +30,8 @@ import TestPaths
         _ = SlowEngineTests().withSlowEngines(name, seedMs: frameMs, frameMs: frameMs) {
             let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async \(properties)")!
             defer { gst_harness_teardown(harness) }
+            // (Async mode makes its engine after the first caps, set below: the wrap is in time.)
+            EngineWrappers.inject(into: harness.pointee.element)
             gst_harness_set_src_caps_str(harness, caps)
             gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
             do { try body(harness) } catch { failure = error }

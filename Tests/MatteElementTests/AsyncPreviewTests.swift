@@ -14,6 +14,7 @@ import TestPaths
     func firstFrame(_ description: String, timeout: Double = 30) -> (seconds: Double, bytes: [UInt8])? {
         precondition(gstreamerReady)
         guard let pipeline = gst_parse_launch(description, nil) else { return nil }
+        EngineWrappers.inject(into: pipeline)
         defer {
             gst_element_set_state(pipeline, GST_STATE_NULL)
             gst_object_unref(pipeline)

@@ -45,6 +45,7 @@ func runPipeline(_ description: String, timeout: Double = 60, before: ((UnsafeMu
         let text = parseError.map { String(cString: $0.pointee.message) } ?? "?"
         return PipelineRun(error: BusError(domain: "parse", code: -1, message: text, debug: ""))
     }
+    EngineWrappers.inject(into: pipeline)
     defer {
         gst_element_set_state(pipeline, GST_STATE_NULL)
         gst_object_unref(pipeline)
@@ -174,6 +175,7 @@ func withPlayingPipeline<Result>(_ description: String,
         if let parseError { g_error_free(parseError) }
         return nil
     }
+    EngineWrappers.inject(into: pipeline)
     defer {
         gst_element_set_state(pipeline, GST_STATE_NULL)
         gst_object_unref(pipeline)
