@@ -184,4 +184,48 @@ final class SlowEngine: MattingEngine {
         #expect(run.reachedEOS)
         #expect(engines.first?.seeds == 2, "seeds: \(engines.first?.seeds ?? -1)")
     }
+
+    /// Another thread's LATENCY query and property read are answered while a sync frame is in
+    /// progress: neither waits behind the model call (here a 4 s seed).
+    @Test func aQueryAndAPropertyReadDoNotWaitForASyncFrame() throws {
+        precondition(gstreamerReady)
+        struct Seen { var querySeconds = 0.0, propertySeconds = 0.0, answered = false, frameOutBefore = true, frameOut = false }
+        var seen = Seen()
+        _ = withSlowEngines("slow-query", seedMs: 4000, frameMs: 100) {
+            _ = withPlayingPipeline("appsrc name=src format=time is-live=true do-timestamp=true caps=video/x-raw,format=BGRA,width=160,height=96,framerate=30/1 "
+                                    + "! \(TestPaths.element) name=slow-query ! appsink name=out sync=false") { pipeline, _ in
+                let bin = UnsafeMutableRawPointer(pipeline).assumingMemoryBound(to: GstBin.self)
+                let source = gst_bin_get_by_name(bin, "src")!, out = gst_bin_get_by_name(bin, "out")!
+                let element = gst_bin_get_by_name(bin, "slow-query")!
+                defer { for object in [source, out, element] { gst_object_unref(object) } }
+                let sink = UnsafeMutableRawPointer(out).assumingMemoryBound(to: GstAppSink.self)
+                let buffer = gst_buffer_new_allocate(nil, gsize(160 * 96 * 4), nil)!
+                gst_buffer_memset(buffer, 0, 90, gsize(160 * 96 * 4))
+                _ = gst_app_src_push_buffer(UnsafeMutableRawPointer(source).assumingMemoryBound(to: GstAppSrc.self), buffer)
+                Thread.sleep(forTimeInterval: 1.5)  // (the frame's seed runs from about 0.2 s to 4.2 s)
+                var start = Date()
+                let query = gst_query_new_latency()!
+                seen.answered = gst_element_query(element, query) != 0
+                gst_query_unref(query)
+                seen.querySeconds = Date().timeIntervalSince(start)
+                start = Date()
+                var value = GValue()
+                g_value_init(&value, GType(7 << 2))  // G_TYPE_UINT
+                g_object_get_property(UnsafeMutableRawPointer(element).assumingMemoryBound(to: GObject.self), "working-size", &value)
+                g_value_unset(&value)
+                seen.propertySeconds = Date().timeIntervalSince(start)
+                // The frame is still in the engine: the answers did not wait for it.
+                if let sample = gst_app_sink_try_pull_sample(sink, 0) { gst_sample_unref(sample) } else { seen.frameOutBefore = false }
+                if let sample = gst_app_sink_try_pull_sample(sink, 30 * 1_000_000_000) {
+                    seen.frameOut = true
+                    gst_sample_unref(sample)
+                }
+            }
+        }
+        #expect(seen.answered)
+        #expect(!seen.frameOutBefore, "the frame left before the query: the test did not query during a frame")
+        #expect(seen.frameOut, "the frame never left")
+        #expect(seen.querySeconds < 1.0, "the LATENCY query waited \(seen.querySeconds) s")
+        #expect(seen.propertySeconds < 1.0, "the property read waited \(seen.propertySeconds) s")
+    }
 }
