@@ -291,13 +291,11 @@ final class MatteFilter {
             }
             let newest = reseedRequests.withLock { count -> Bool in
                 guard count == ticket else { return false }
-                pendingReseed.withLock { pending in
-                    // A frame may already be waiting for this load (it then takes the result from it).
-                    if load == nil || pending?.isLoading(load) == true { pending = .ready(source) }
-                }
+                pendingReseed.withLock { $0 = .ready(source) }
                 return true
             }
-            load?.finish(source)
+            // (After the pending reseed is set: the frame waiting for this load then finds it.)
+            load?.finish()
             if !newest { DebugLog.log(GST_LEVEL_DEBUG, handle, "mask \(maskPath) loaded after a newer reseed request: not used") }
         }
     }
@@ -311,15 +309,10 @@ final class MatteFilter {
     /// lock held), so that the frame right after the event is the one reseeded.
     func awaitReseedMask() {
         guard let load = pendingReseed.withLock({ $0?.loadToAwait }) else { return }
-        guard let source = load.wait(ms: Self.reseedMaskWaitMs) else {
-            ErrorMapping.postWarning("reseed mask \(load.path) took longer than \(Self.reseedMaskWaitMs) ms to load: "
-                                     + "the reseed comes on the first frame after it has loaded, not on the frame after the event",
-                                     on: handle)
-            return
-        }
-        pendingReseed.withLock { pending in
-            if pending?.isLoading(load) == true { pending = .ready(source) }
-        }
+        guard !load.wait(ms: Self.reseedMaskWaitMs) else { return }
+        ErrorMapping.postWarning("reseed mask \(load.path) took longer than \(Self.reseedMaskWaitMs) ms to load: "
+                                 + "the reseed comes on the first frame after it has loaded, not on the frame after the event",
+                                 on: handle)
     }
 
     // MARK: Negotiation

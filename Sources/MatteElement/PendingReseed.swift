@@ -5,13 +5,9 @@ import MatteEngine
 enum PendingReseed {
     /// From this source (nil: as configured).
     case ready(SeedSource?)
-    /// A serialized event's mask, still decoding: the frame after the event waits for it.
+    /// A serialized event's mask, still decoding: the frame after the event waits for it. The load
+    /// replaces this with `.ready` when it is done (unless a newer request replaced it first).
     case loading(MaskLoad)
-
-    func isLoading(_ load: MaskLoad?) -> Bool {
-        if case let .loading(pending) = self { return pending === load }
-        return false
-    }
 
     /// The load the next frame must wait for: one still decoding that no frame has waited for yet
     /// (a frame waits once; after a timeout the reseed comes when the load completes).
@@ -25,15 +21,15 @@ enum PendingReseed {
 final class MaskLoad: @unchecked Sendable {
     let path: String
     private let condition = NSCondition()
-    /// nil while loading; then the source (nil inside: the load failed, reseed as configured).
-    private var result: SeedSource??
+    private var done = false
     private var waitClaimed = false
 
     init(path: String) { self.path = path }
 
-    func finish(_ source: SeedSource?) {
+    /// The load is over (its result already stands in the pending reseed).
+    func finish() {
         condition.lock()
-        result = .some(source)
+        done = true
         condition.broadcast()
         condition.unlock()
     }
@@ -47,14 +43,14 @@ final class MaskLoad: @unchecked Sendable {
         return true
     }
 
-    /// The load's result, or nil when it has not finished within `ms`.
-    func wait(ms: Int) -> SeedSource?? {
+    /// Whether the load finished within `ms`.
+    func wait(ms: Int) -> Bool {
         let deadline = Date(timeIntervalSinceNow: Double(ms) / 1000)
         condition.lock()
         defer { condition.unlock() }
-        while result == nil {
+        while !done {
             if !condition.wait(until: deadline) { break }
         }
-        return result
+        return done
     }
 }
