@@ -39,18 +39,17 @@ enum ErrorMapping {
     /// Posts an ERROR message on the bus for `error`: the element's own, or the engine's (any other
     /// error counts as STREAM/FAILED).
     static func postError(_ error: Error, on element: ElementHandle, file: String = #fileID, function: String = #function, line: Int = #line) {
+        let (domain, code): (GQuark, Int32), text: String, debug: String
         if let own = error as? ElementError {
-            let (domain, code) = domainAndCode(for: own)
-            if case .streamFormat = own {} else { DebugLog.log(GST_LEVEL_ERROR, element, "\(own)", file: file, function: function, line: line) }
-            post(GST_MESSAGE_ERROR, domain: domain, code: code, text: own.description, debug: own.description,
-                 on: element, file: file, function: function, line: line)
-            return
+            (domain, code) = domainAndCode(for: own)
+            (text, debug) = (own.description, own.description)
+        } else {
+            let engineError = EngineError.classify(error, during: .processing)
+            (domain, code) = domainAndCode(for: engineError)
+            (text, debug) = (engineError.description, "\(engineError)")
         }
-        let engineError = EngineError.classify(error, during: .processing)
-        let (domain, code) = domainAndCode(for: engineError)
-        DebugLog.log(GST_LEVEL_ERROR, element, "\(engineError)", file: file, function: function, line: line)
-        post(GST_MESSAGE_ERROR, domain: domain, code: code, text: engineError.description,
-             debug: "\(engineError)", on: element, file: file, function: function, line: line)
+        DebugLog.log(GST_LEVEL_ERROR, element, debug, file: file, function: function, line: line)
+        post(GST_MESSAGE_ERROR, domain: domain, code: code, text: text, debug: debug, on: element, file: file, function: function, line: line)
     }
 
     /// Runs a vfunc's work: true when it succeeded; what it threw is posted (ERROR) and false returned.
