@@ -3,7 +3,8 @@ import PackageDescription
 
 // Layering (as in gst-plugins-rs), each target seeing only those below it:
 //
-//   MattePixels            image views, slicing, resampling, compositing: Foundation only
+//   MattePixels            image views, slicing, resampling, compositing: Foundation only (its
+//                          kernels built per instruction set, picked at run time)
 //   MatteEngine            engines, ONNX Runtime, motion, the inference-server client: never GStreamer
 //   MatteElement           the element: GStreamer, never ONNX Runtime
 //   GstMatAnyonePlugin     gst-plugin/: only exports the plugin descriptor
@@ -33,7 +34,23 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
-        .target(name: "MattePixels", path: "Sources/MattePixels", swiftSettings: [.unsafeFlags(["-O"])]),
+        // The pixel kernels: one Swift source (Sources/PixelKernels) built three times, for baseline
+        // x86-64 and, through the two links to it, for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512) CPUs;
+        // MattePixels picks the widest the CPU runs (CPixelISA asks it) and gives its users one API.
+        .target(name: "MattePixelTypes", path: "Sources/MattePixelTypes", swiftSettings: [.unsafeFlags(["-O"])]),
+        .target(name: "CPixelISA", path: "Sources/CPixelISA"),
+        .target(name: "PixelKernels", dependencies: ["MattePixelTypes"], path: "Sources/PixelKernels",
+                swiftSettings: [.unsafeFlags(["-O"])]),
+        .target(name: "PixelKernelsAVX2", dependencies: ["MattePixelTypes"], path: "Sources/PixelKernelsAVX2",
+                swiftSettings: [.unsafeFlags(["-O", "-target-cpu", "haswell"])]),
+        .target(name: "PixelKernelsAVX512", dependencies: ["MattePixelTypes"], path: "Sources/PixelKernelsAVX512",
+                swiftSettings: [.unsafeFlags(["-O", "-target-cpu", "skylake-avx512"])]),
+        .target(
+            name: "MattePixels",
+            dependencies: ["MattePixelTypes", "CPixelISA", "PixelKernels", "PixelKernelsAVX2", "PixelKernelsAVX512"],
+            path: "Sources/MattePixels",
+            swiftSettings: [.unsafeFlags(["-O"])]
+        ),
         .target(
             name: "MatteEngine",
             dependencies: ["MattePixels", "COnnxRuntime", "COpenBLAS", "CCurl"],
@@ -47,6 +64,9 @@ let package = Package(
             swiftSettings: [.unsafeFlags(["-O"])]
         ),
         // How well MotionCarry carries a stale alpha, and what the motion costs (tools/carry.py).
+        // What each build of the pixel kernels costs, round by round in one run (tools/bench_pixels.py).
+        .executableTarget(name: "PixelBench", dependencies: ["MattePixels"], path: "Sources/PixelBench",
+                          swiftSettings: [.unsafeFlags(["-O"])]),
         .executableTarget(name: "CarryBench", dependencies: ["MatteEngine", "MattePixels"], path: "Sources/CarryBench"),
         .target(
             name: "GstMatAnyonePlugin",
@@ -57,7 +77,7 @@ let package = Package(
         // Where the test script puts models and frames: one place for both test targets.
         .target(name: "TestPaths", dependencies: ["MatteEngine"], path: "Tests/TestPaths"),
         // Pixel logic alone: no runtime, no GStreamer.
-        .testTarget(name: "MattePixelsTests", dependencies: ["MattePixels"], path: "Tests/MattePixelsTests"),
+        .testTarget(name: "MattePixelsTests", dependencies: ["MattePixels", "PixelKernels"], path: "Tests/MattePixelsTests"),
         .testTarget(
             name: "MatteEngineTests",
             dependencies: ["MatteEngine", "MattePixels", "TestPaths"],
@@ -65,7 +85,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MatteElementTests",
-            dependencies: ["MatteElement", "MattePixels", "CGStreamer", "CGstCheck", "TestPaths"],
+            dependencies: ["MatteElement", "MattePixels", "PixelKernels", "CGStreamer", "CGstCheck", "TestPaths"],
             path: "Tests/MatteElementTests"
         ),
     ]

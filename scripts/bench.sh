@@ -7,8 +7,15 @@
 #   scripts/bench.sh --live --modes sync --engines segmenter,matanyone2 --duration 15
 # With --server first: MatAnyone2 on the Triton server of tools/serve against in-process (tools/bench_server.py):
 #   scripts/bench.sh --server --frames 40 --streams 1,2,4
+# With --pixels first: each build of the element's own pixel work (baseline, AVX2, AVX-512) in one run
+# (tools/bench_pixels.py):
+#   scripts/bench.sh --pixels --sizes 1920x1080,1280x720 --json bench/pixels.json
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ "${1:-}" = "--pixels" ]; then
+    "$ROOT/scripts/setup.sh" --no-plugin >/dev/null
+    cd "$ROOT" && exec .venv/bin/python -m tools.bench_pixels "${@:2}"
+fi
 if [ "${1:-}" = "--server" ]; then "$ROOT/scripts/setup.sh" --server >/dev/null; else "$ROOT/scripts/setup.sh" >/dev/null; fi
 cd "$ROOT"
 MODELS="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone/models"

@@ -514,6 +514,7 @@ extension MatteFilter {
             shim_structure_set_string(stats, "server-transport", server.sharedMemory ? "shared-memory" : "http")
         }
         shim_structure_set_string(stats, "mode", state.asyncPath == nil ? "sync" : "async")
+        shim_structure_set_string(stats, "pixel-isa", PixelISA.active.description)
         shim_structure_set_double(stats, "preprocess-ms", report.preprocessMs)
         shim_structure_set_double(stats, "inference-ms", report.inferenceMs)
         shim_structure_set_double(stats, "postprocess-ms", report.postprocessMs)

@@ -155,6 +155,7 @@ final class MatteFilter {
             engines = EngineSlot(try startEngine(current))
         }
         stream.withLock { $0 = StreamState(engines: engines, mode: current.mode) }
+        DebugLog.log(GST_LEVEL_INFO, handle, "pixel kernels: \(PixelISA.active) (this CPU runs \(PixelISA.supported.last!))")
         refusedCaps.withLock { $0 = nil }
         liveTiming.withLock { $0 = LiveTiming() }
         latency.withLock { $0 = LatencyState() }

@@ -2,6 +2,7 @@ import CGStreamer
 import Foundation
 import Testing
 import MatteElement
+import MattePixels
 import TestPaths
 
 /// The element inside real parsed pipelines, registered statically in this process.
@@ -130,6 +131,8 @@ import TestPaths
         #expect(stats.map { $0["frame"] } == ["1", "2", "3", "4"])
         #expect(stats.first?["engine"] == "segmenter")
         #expect(stats.allSatisfy { $0["provider"] == "cpu" && $0["data"] == "host" })
+        // Which build of the pixel kernels ran: the widest this CPU has (or what MATANYONE_PIXEL_ISA asked).
+        #expect(stats.allSatisfy { $0["pixel-isa"] == PixelISA.active.description })
         let first = try #require(stats.first)
         let total = try #require(Double(first["total-ms"] ?? "")), inference = try #require(Double(first["inference-ms"] ?? ""))
         #expect(total >= inference && inference > 0)

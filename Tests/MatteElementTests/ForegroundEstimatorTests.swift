@@ -3,7 +3,8 @@ import Testing
 @testable import MatteElement
 import MatteEngine
 import TestPaths
-@testable import MattePixels
+import MattePixels
+@testable import PixelKernels
 
 /// Composites without halos: the foreground estimate against synthetic ground truths built from real
 /// footage. A known foreground layer F and matte α are composited over an old background (what a camera

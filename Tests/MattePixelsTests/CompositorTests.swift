@@ -1,5 +1,6 @@
 import Testing
-@testable import MattePixels
+import MattePixels
+@testable import PixelKernels
 
 /// Compositing: pure pixel logic.
 struct CompositorTests {
@@ -13,8 +14,8 @@ struct CompositorTests {
             matte.withUnsafeMutableBufferPointer { alpha in
                 let view = BGRAImage(base: source.baseAddress!, width: 2, height: 1, stride: 8)
                 let plane = GrayView(base: alpha.baseAddress!, width: 2, height: 1, stride: 2)
-                Compositor.attachAlpha(frame: view, alpha: plane, output: &bgra, outputStride: 8, format: .bgra)
-                Compositor.attachAlpha(frame: view, alpha: plane, output: &rgba, outputStride: 8, format: .rgba)
+                CompositorKernel.attachAlpha(frame: view, alpha: plane, output: &bgra, outputStride: 8, format: .bgra)
+                CompositorKernel.attachAlpha(frame: view, alpha: plane, output: &rgba, outputStride: 8, format: .rgba)
             }
         }
         #expect(bgra == [10, 20, 30, 0, 40, 50, 60, 200])
@@ -27,7 +28,7 @@ struct CompositorTests {
         for width in 1...19 {
             var pixels = (0..<(width * 4 * 3)).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ width) }
             let before = pixels
-            pixels.withUnsafeMutableBufferPointer { Compositor.premultiply($0.baseAddress!, stride: width * 4, width: width, height: 3) }
+            pixels.withUnsafeMutableBufferPointer { CompositorKernel.premultiply($0.baseAddress!, stride: width * 4, width: width, height: 3) }
             for index in 0..<pixels.count {
                 #expect(pixels[index] == premultiplied(before[index], by: index % 4 == 3 ? 255 : before[index | 3]),
                         "width \(width), byte \(index)")
@@ -42,7 +43,7 @@ struct CompositorTests {
             all[4 * pair + 2] = colour
             all[4 * pair + 3] = alpha
         }
-        all.withUnsafeMutableBufferPointer { Compositor.premultiply($0.baseAddress!, stride: 256 * 4, width: 256, height: 256) }
+        all.withUnsafeMutableBufferPointer { CompositorKernel.premultiply($0.baseAddress!, stride: 256 * 4, width: 256, height: 256) }
         let wrong = (0..<65_536).filter { all[4 * $0] != premultiplied(UInt8($0 / 256), by: UInt8($0 % 256)) }
         #expect(wrong.isEmpty, "\(wrong.count) of 65536 (colour, alpha) pairs off")
     }
@@ -60,10 +61,10 @@ struct CompositorTests {
                 let view = BGRAImage(base: source.baseAddress!, width: 3, height: 1, stride: 12)
                 let plane = GrayView(base: alpha.baseAddress!, width: 3, height: 1, stride: 3)
                 // Opaque green background.
-                Compositor.flattenOverColor(frame: view, alpha: plane, output: &out, outputStride: 12, format: .bgra,
+                CompositorKernel.flattenOverColor(frame: view, alpha: plane, output: &out, outputStride: 12, format: .bgra,
                                             color: 0xFF00_FF00)
                 // Fully transparent background: result keeps the frame's colour with alpha = matte.
-                Compositor.flattenOverColor(frame: view, alpha: plane, output: &translucent, outputStride: 12,
+                CompositorKernel.flattenOverColor(frame: view, alpha: plane, output: &translucent, outputStride: 12,
                                             format: .bgra, color: 0x0000_FF00)
             }
         }
@@ -91,7 +92,7 @@ struct CompositorTests {
             var out = [UInt8](repeating: 0, count: frame.count)
             frame.withUnsafeBufferPointer { source in
                 matte.withUnsafeMutableBufferPointer { alpha in
-                    Compositor.flattenOverColor(frame: BGRAImage(base: source.baseAddress!, width: size, height: size, stride: size * 4),
+                    CompositorKernel.flattenOverColor(frame: BGRAImage(base: source.baseAddress!, width: size, height: size, stride: size * 4),
                                                 alpha: GrayView(base: alpha.baseAddress!, width: size, height: size, stride: size),
                                                 output: &out, outputStride: size * 4, format: .bgra, color: color)
                 }
@@ -131,11 +132,11 @@ struct CompositorTests {
                         matte.withUnsafeBufferPointer { m in
                             let image = BGRAImage(base: f.baseAddress!, width: width, height: height, stride: width * 4)
                             let plane = GrayView(base: UnsafeMutablePointer(mutating: m.baseAddress!), width: width, height: height, stride: width)
-                            Compositor.attachAlpha(frame: image, alpha: plane, output: &attached, outputStride: width * 4,
+                            CompositorKernel.attachAlpha(frame: image, alpha: plane, output: &attached, outputStride: width * 4,
                                                    format: format, softOnly: softOnly)
-                            Compositor.flattenOverColor(frame: image, alpha: plane, output: &overColor, outputStride: width * 4,
+                            CompositorKernel.flattenOverColor(frame: image, alpha: plane, output: &overColor, outputStride: width * 4,
                                                         format: format, color: color, softOnly: softOnly)
-                            Compositor.flatten(frame: image, over: BGRAImage(base: u.baseAddress!, width: width, height: height, stride: width * 4),
+                            CompositorKernel.flatten(frame: image, over: BGRAImage(base: u.baseAddress!, width: width, height: height, stride: width * 4),
                                                alpha: plane, output: &overImage, outputStride: width * 4, format: format, softOnly: softOnly)
                         }
                     }
@@ -144,7 +145,7 @@ struct CompositorTests {
                 var wrong = 0
                 for i in matte.indices {
                     let a = Int(matte[i])
-                    let touched = !softOnly || Compositor.isSoft(matte[i])
+                    let touched = !softOnly || CompositorKernel.isSoft(matte[i])
                     for (c, position) in [(0, first), (1, 1), (2, third)] {
                         let s = Int(frame[4 * i + c])
                         let expected = (attached: s, color: (s * a + colour[c] * (255 - a) + 127) / 255,
@@ -212,10 +213,10 @@ struct CompositorTests {
                                 let base = inPlace ? UnsafePointer(out.baseAddress!) : f.baseAddress!
                                 let image = BGRAImage(base: base, width: width, height: height, stride: width * 4)
                                 if isColor {
-                                    Compositor.flattenOverColor(frame: image, alpha: plane, output: out.baseAddress!,
+                                    CompositorKernel.flattenOverColor(frame: image, alpha: plane, output: out.baseAddress!,
                                                                 outputStride: width * 4, format: format, color: color)
                                 } else {
-                                    Compositor.attachAlpha(frame: image, alpha: plane, output: out.baseAddress!,
+                                    CompositorKernel.attachAlpha(frame: image, alpha: plane, output: out.baseAddress!,
                                                            outputStride: width * 4, format: format)
                                 }
                             }

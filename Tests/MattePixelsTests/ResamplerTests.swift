@@ -1,5 +1,6 @@
 import Testing
-@testable import MattePixels
+import MattePixels
+@testable import PixelKernels
 
 /// Pure resampling logic: no runtime, no models.
 struct ResamplerTests {
@@ -199,7 +200,7 @@ struct ResamplerTests {
         while values.count % 8 != 0 { values.append(0.3) }
         for start in stride(from: 0, to: values.count, by: 8) {
             let block = SIMD8<Float>(values[start..<start + 8])
-            let bytes = Resampler.quantize(block)
+            let bytes = ResamplerKernel.quantize(block)
             for lane in 0..<8 {
                 #expect(bytes[lane] == UInt8(min(max(block[lane] * 255 + 0.5, 0), 255)), "value \(block[lane])")
             }

@@ -1,3 +1,4 @@
+import MattePixelTypes
 import Foundation
 
 /// The separable resampling used on both sides of the models: the frame down to the
@@ -107,7 +108,7 @@ struct HeldRows {
 }
 
 /// Resamples between two fixed sizes; scratch rows are allocated once and reused per frame.
-public final class Resampler {
+public final class ResamplerKernel: Resampling {
     public let sourceWidth: Int, sourceHeight: Int
     public let targetWidth: Int, targetHeight: Int
     let horizontal: AxisTaps
@@ -223,9 +224,9 @@ public final class Resampler {
                         let sourceRow = vIndex[y * vTaps + t]
                         let bytes = ring + held.slot(for: sourceRow) * rowBytes
                         if held.needsFill {
-                            Resampler.widen(source + sourceRow * sourceStride, into: widened, count: width,
+                            ResamplerKernel.widen(source + sourceRow * sourceStride, into: widened, count: width,
                                             index: hIndex.baseAddress!, weight: hWeight.baseAddress!, taps: hTaps)
-                            Resampler.quantize(widened, into: bytes, count: width)
+                            ResamplerKernel.quantize(widened, into: bytes, count: width)
                         }
                         taps[t] = UnsafePointer(bytes)
                     }
@@ -343,7 +344,7 @@ public final class Resampler {
                         let sourceRow = vIndex[y * vTaps + t]
                         let widened = ring + held.slot(for: sourceRow) * width
                         if held.needsFill {
-                            Resampler.widen(rowOf(sourceRow), into: widened, count: width,
+                            ResamplerKernel.widen(rowOf(sourceRow), into: widened, count: width,
                                             index: hIndex.baseAddress!, weight: hWeight.baseAddress!, taps: hTaps)
                         }
                         taps[t] = UnsafeRawPointer(widened)

@@ -1,42 +1,16 @@
 import Foundation
-import MattePixels
+import MattePixelTypes
 
 /// Dense motion between two frames at a low resolution: coarse-to-fine Lucas–Kanade, solved per
 /// pixel over a small window at every pyramid level. Cheap by design (a few hundred thousand pixel
 /// operations per frame at 256×144): the element runs it on every frame to carry a stale alpha to the
 /// frame it leaves with.
 
-/// A displacement per pixel: the point (x + dx, y + dy) of the other frame shows what (x, y) of this
-/// one shows, in pixels of the field's own size.
-public struct FlowField {
-    public let width: Int, height: Int
-    public var dx: [Float]
-    public var dy: [Float]
-
-    public init(width: Int, height: Int) {
-        self.width = width
-        self.height = height
-        dx = [Float](repeating: 0, count: width * height)
-        dy = [Float](repeating: 0, count: width * height)
-    }
-}
-
-/// A float luma plane (values 0…1), row-major without padding.
-public struct LumaPlane {
-    public let width: Int, height: Int
-    public var values: [Float]
-
-    public init(width: Int, height: Int, values: [Float]) {
-        precondition(values.count == width * height)
-        self.width = width
-        self.height = height
-        self.values = values
-    }
-
+extension LumaPlane {
     /// The luma of `frame` averaged down to `width`×`height` (at most the frame's size): each output
     /// pixel averages a grid of up to 3×3 samples spread over the area it covers. Reading every
     /// source pixel of a 1080p frame would cost more than the whole motion estimate.
-    public init(frame: BGRAImage, width: Int, height: Int) {
+    init(frame: BGRAImage, width: Int, height: Int) {
         precondition(width <= frame.width && height <= frame.height && width > 0 && height > 0)
         let (nx, xs) = SampleGrid.points(source: frame.width, output: width)
         let (ny, ys) = SampleGrid.points(source: frame.height, output: height)
@@ -130,28 +104,8 @@ func bilinear(_ plane: UnsafePointer<Float>, width: Int, height: Int, x: Float, 
 }
 
 /// Coarse-to-fine dense Lucas–Kanade. One instance per size; not thread-safe (it keeps scratch).
-public final class OpticalFlow {
-    public struct Parameters: Equatable, Sendable {
-        /// Window radius of the per-pixel least squares (a (2r+1)² window).
-        public var radius = 2
-        /// Refinements per pyramid level, and at the finest level refined (where a pass costs most and
-        /// the coarser levels have already found the motion).
-        public var iterations = 3
-        public var finestIterations = 1
-        /// Coarsest level's short side is at least this many pixels.
-        public var coarsestSide = 12
-        /// Tikhonov term added to the structure tensor: flat areas keep the coarser level's motion
-        /// instead of amplifying noise (in squared luma gradient per window pixel).
-        public var regularization: Float = 1e-5
-        /// Largest update of one refinement (px): a wrong linearisation cannot throw the motion away.
-        public var maxStep: Float = 2
-        /// The finest pyramid level refined (0: the planes' own size; 1: half, the result upsampled):
-        /// a cheaper, coarser estimate.
-        public var finestLevel = 0
-        /// Spread the motion over flat areas after every refinement (else once per level).
-        public var smoothEveryIteration = true
-        public init() {}
-    }
+public final class OpticalFlowKernel: FlowEstimating {
+    public typealias Parameters = FlowParameters
 
     public let parameters: Parameters
 
@@ -161,6 +115,10 @@ public final class OpticalFlow {
 
     public init(parameters: Parameters = Parameters()) {
         self.parameters = parameters
+    }
+
+    public static func luma(of frame: BGRAImage, width: Int, height: Int) -> LumaPlane {
+        LumaPlane(frame: frame, width: width, height: height)
     }
 
     deinit { scratch?.deallocate() }
@@ -186,21 +144,21 @@ public final class OpticalFlow {
         let finest = min(parameters.finestLevel, sources.count - 1)
         for level in stride(from: sources.count - 1, through: finest, by: -1) {
             if field.width != sources[level].width || field.height != sources[level].height {
-                field = OpticalFlow.upsampled(field, width: sources[level].width, height: sources[level].height)
+                field = OpticalFlowKernel.upsampled(field, width: sources[level].width, height: sources[level].height)
             }
             refine(&field, source: sources[level], target: targets[level],
                    iterations: level == finest ? parameters.finestIterations : parameters.iterations)
         }
         if field.width != source.width || field.height != source.height {
-            field = OpticalFlow.upsampled(field, width: source.width, height: source.height)
+            field = OpticalFlowKernel.upsampled(field, width: source.width, height: source.height)
         }
         return field
     }
 
-    /// The field at a larger size, displacements scaled with it (the Resampler's bilinear
+    /// The field at a larger size, displacements scaled with it (the ResamplerKernel's bilinear
     /// upsampling on pixel centres; `resampler`, when given, is one made for these two sizes).
-    public static func upsampled(_ field: FlowField, width: Int, height: Int, with resampler: Resampler? = nil) -> FlowField {
-        let up = resampler ?? Resampler(sourceWidth: field.width, sourceHeight: field.height, targetWidth: width, targetHeight: height)
+    public static func upsampled(_ field: FlowField, width: Int, height: Int, with resampler: ResamplerKernel? = nil) -> FlowField {
+        let up = resampler ?? ResamplerKernel(sourceWidth: field.width, sourceHeight: field.height, targetWidth: width, targetHeight: height)
         var out = FlowField(width: width, height: height)
         out.dx = resized(field.dx, with: up, scale: Float(width) / Float(field.width))
         out.dy = resized(field.dy, with: up, scale: Float(height) / Float(field.height))
@@ -208,7 +166,7 @@ public final class OpticalFlow {
     }
 
     /// A float plane of the resampler's source size at its target size, its values times `scale`.
-    static func resized(_ plane: [Float], with up: Resampler, scale: Float = 1) -> [Float] {
+    static func resized(_ plane: [Float], with up: ResamplerKernel, scale: Float = 1) -> [Float] {
         precondition(plane.count == up.sourceWidth * up.sourceHeight)
         var out = [Float](repeating: 0, count: up.targetWidth * up.targetHeight)
         plane.withUnsafeBufferPointer { source in
@@ -252,9 +210,9 @@ public final class OpticalFlow {
             store8(gxy, i, ix * iy)
             store8(gyy, i, iy * iy)
         }
-        OpticalFlow.boxSum(gxx, width: w, height: h, radius: r, scratch: scratch)
-        OpticalFlow.boxSum(gxy, width: w, height: h, radius: r, scratch: scratch)
-        OpticalFlow.boxSum(gyy, width: w, height: h, radius: r, scratch: scratch)
+        OpticalFlowKernel.boxSum(gxx, width: w, height: h, radius: r, scratch: scratch)
+        OpticalFlowKernel.boxSum(gxy, width: w, height: h, radius: r, scratch: scratch)
+        OpticalFlowKernel.boxSum(gyy, width: w, height: h, radius: r, scratch: scratch)
         // How well each pixel's window pins the motion down (the tensor's smaller eigenvalue, roughly).
         for i in stride(from: 0, to: np, by: 8) {
             let a = load8(gxx, i), b = load8(gxy, i), d = load8(gyy, i)
@@ -279,8 +237,8 @@ public final class OpticalFlow {
                             by[i] = gy[i] * residual
                         }
                     }
-                    OpticalFlow.boxSum(bx, width: w, height: h, radius: r, scratch: scratch)
-                    OpticalFlow.boxSum(by, width: w, height: h, radius: r, scratch: scratch)
+                    OpticalFlowKernel.boxSum(bx, width: w, height: h, radius: r, scratch: scratch)
+                    OpticalFlowKernel.boxSum(by, width: w, height: h, radius: r, scratch: scratch)
                     for i in stride(from: 0, to: np, by: 8) {
                         let a = load8(gxx, i) + lambda, b = load8(gxy, i), d = load8(gyy, i) + lambda
                         let sx = load8(bx, i), sy = load8(by, i)
@@ -292,12 +250,12 @@ public final class OpticalFlow {
                         store8(dy, i, load8(dy, i) + clamp(uy, maxStep))
                     }
                     if smoothEveryIteration {
-                        OpticalFlow.spread(dx, dy, confidence: confidence, inside: inside, weight: weight, bx: bx, by: by,
+                        OpticalFlowKernel.spread(dx, dy, confidence: confidence, inside: inside, weight: weight, bx: bx, by: by,
                                            width: w, height: h, radius: r, scratch: scratch)
                     }
                 }
                 if !smoothEveryIteration {
-                    OpticalFlow.spread(dx, dy, confidence: confidence, inside: inside, weight: weight, bx: bx, by: by,
+                    OpticalFlowKernel.spread(dx, dy, confidence: confidence, inside: inside, weight: weight, bx: bx, by: by,
                                        width: w, height: h, radius: r, scratch: scratch)
                 }
             }

@@ -1,16 +1,7 @@
-/// Pixel order of the composite output.
-public enum CompositeFormat: Sendable {
-    case bgra, rgba
-}
-
-/// What the composite lies over: nothing (the matte becomes the alpha channel), a colour, or a
-/// blurred copy of the frame.
-public enum BackgroundMode: String, CaseIterable, Sendable {
-    case none, color, blur
-}
+import MattePixelTypes
 
 /// Turns a BGRA frame and its alpha plane into the composite output. Pure pixel logic, reused buffers.
-public struct Compositor {
+public struct CompositorKernel: Compositing {
     private var blurred: [UInt8] = []
     private var scratch: [UInt16] = []
     private var estimator: ForegroundEstimator?
@@ -27,25 +18,25 @@ public struct Compositor {
         defer {
             // Only outputs with alpha below 255 change: background=none, or a translucent colour.
             if premultiplied, background == .none || (background == .color && color >> 24 != 0xFF) {
-                Compositor.premultiply(output, stride: outputStride, width: frame.width, height: frame.height)
+                CompositorKernel.premultiply(output, stride: outputStride, width: frame.width, height: frame.height)
             }
         }
         // The whole frame as before, then the soft pixels of the soft tiles again, with their estimated colours.
         let estimated = foregroundEstimation ? estimateForeground(frame: frame, alpha: alpha) : nil
         switch background {
         case .none:
-            Compositor.attachAlpha(frame: frame, alpha: alpha, output: output, outputStride: outputStride, format: format)
-            Compositor.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
+            CompositorKernel.attachAlpha(frame: frame, alpha: alpha, output: output, outputStride: outputStride, format: format)
+            CompositorKernel.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
                 foreground, matte, out, _, _ in
-                Compositor.attachAlpha(frame: foreground, alpha: matte, output: out, outputStride: outputStride, format: format,
+                CompositorKernel.attachAlpha(frame: foreground, alpha: matte, output: out, outputStride: outputStride, format: format,
                                        softOnly: true)
             }
         case .color:
-            Compositor.flattenOverColor(frame: frame, alpha: alpha, output: output, outputStride: outputStride,
+            CompositorKernel.flattenOverColor(frame: frame, alpha: alpha, output: output, outputStride: outputStride,
                                         format: format, color: color)
-            Compositor.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
+            CompositorKernel.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
                 foreground, matte, out, _, _ in
-                Compositor.flattenOverColor(frame: foreground, alpha: matte, output: out, outputStride: outputStride,
+                CompositorKernel.flattenOverColor(frame: foreground, alpha: matte, output: out, outputStride: outputStride,
                                             format: format, color: color, softOnly: true)
             }
         case .blur:
@@ -53,13 +44,13 @@ public struct Compositor {
             let width = frame.width
             blurred.withUnsafeBufferPointer { blurPixels in
                 let under = BGRAImage(base: blurPixels.baseAddress!, width: width, height: frame.height, stride: width * 4)
-                Compositor.flatten(frame: frame, over: under, alpha: alpha, output: output, outputStride: outputStride,
+                CompositorKernel.flatten(frame: frame, over: under, alpha: alpha, output: output, outputStride: outputStride,
                                    format: format)
-                Compositor.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
+                CompositorKernel.forEachSoftTile(of: estimated, alpha: alpha, output: output, outputStride: outputStride) {
                     foreground, matte, out, x, y in
                     let underTile = BGRAImage(base: under.base + y * under.stride + 4 * x, width: foreground.width,
                                               height: foreground.height, stride: under.stride)
-                    Compositor.flatten(frame: foreground, over: underTile, alpha: matte, output: out,
+                    CompositorKernel.flatten(frame: foreground, over: underTile, alpha: matte, output: out,
                                        outputStride: outputStride, format: format, softOnly: true)
                 }
             }
@@ -293,7 +284,7 @@ public struct Compositor {
                 let source = frame.base + y * frame.stride
                 let matte = alpha.base + y * alpha.stride
                 let out = output + y * outputStride
-                for x in 0..<frame.width where !softOnly || Compositor.isSoft(matte[x]) {
+                for x in 0..<frame.width where !softOnly || CompositorKernel.isSoft(matte[x]) {
                     let s = source + 4 * x, o = out + 4 * x
                     let a = Int(matte[x])
                     // Porter-Duff "over" in straight alpha, 8-bit fixed point.
@@ -354,7 +345,7 @@ public struct Compositor {
     /// Two passes of a separable box blur (close to a Gaussian) into `blurred` (tight BGRA rows).
     private mutating func blur(_ frame: BGRAImage) {
         let width = frame.width, height = frame.height
-        let radius = Compositor.blurRadius(width: width, height: height)
+        let radius = CompositorKernel.blurRadius(width: width, height: height)
         if blurred.count != width * height * 4 {
             blurred = [UInt8](repeating: 255, count: width * height * 4)
             scratch = [UInt16](repeating: 0, count: width * height * 4)
@@ -371,10 +362,10 @@ public struct Compositor {
         columnSums.withUnsafeMutableBufferPointer { sums in
         windowMeans.withUnsafeBufferPointer { means in
             let out = target.baseAddress!, tmp = temp.baseAddress!, sum = sums.baseAddress!, mean = means.baseAddress!
-            Compositor.horizontalBox(from: frame.base, stride: frame.stride, to: tmp, width: width, height: height, radius: radius, means: mean)
-            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius, means: mean)
-            Compositor.horizontalBox(from: out, stride: width * 4, to: tmp, width: width, height: height, radius: radius, means: mean)
-            Compositor.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius, means: mean)
+            CompositorKernel.horizontalBox(from: frame.base, stride: frame.stride, to: tmp, width: width, height: height, radius: radius, means: mean)
+            CompositorKernel.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius, means: mean)
+            CompositorKernel.horizontalBox(from: out, stride: width * 4, to: tmp, width: width, height: height, radius: radius, means: mean)
+            CompositorKernel.verticalBox(from: tmp, to: out, sums: sum, width: width, height: height, radius: radius, means: mean)
         }}}}
     }
 

@@ -1,5 +1,5 @@
 import Foundation
-import MattePixels
+import MattePixelTypes
 
 /// Carries an alpha computed on an older frame to the frame that leaves now, along the picture's own
 /// motion since then. Every frame adds the motion from its predecessor (`add`); `carry` composes the
@@ -13,30 +13,9 @@ import MattePixels
 /// value that neither the warped nor the stale alpha has at a pixel: where the motion is in doubt it
 /// is today's matte. (A forward-backward check instead costs a second estimate and measured worse on
 /// the dancer: README, "Live on a CPU".)
-public final class MotionCarry {
-    /// Sizes of the work: motion at `flow`, the alpha warped at `carry` (twice the motion's size).
-    public struct Sizes: Equatable {
-        public let flowWidth: Int, flowHeight: Int
-        public let carryWidth: Int, carryHeight: Int
-
-        /// For a frame: the carry at most 512×288 worth of pixels (MatAnyone2's working size for a
-        /// 16:9 frame), the motion at half of it; never larger than the frame.
-        public init(frameWidth: Int, frameHeight: Int) {
-            let scale = min(1, (Double(512 * 288) / Double(max(1, frameWidth * frameHeight))).squareRoot())
-            carryWidth = max(1, min(frameWidth, Int((Double(frameWidth) * scale).rounded())))
-            carryHeight = max(1, min(frameHeight, Int((Double(frameHeight) * scale).rounded())))
-            flowWidth = max(1, carryWidth / 2)
-            flowHeight = max(1, carryHeight / 2)
-        }
-    }
-
-    /// What one carry did.
-    public struct Carried: Equatable {
-        /// Frames carried over (0: the alpha was the frame's own).
-        public let frames: Int
-        /// Mean displacement under the alpha, in frame pixels (weighted by the carried alpha).
-        public let meanPixels: Double
-    }
+public final class MotionCarryKernel: MotionCarrying {
+    public typealias Sizes = MotionSizes
+    public typealias Carried = CarriedMotion
 
     private struct Step {
         let pts: UInt64
@@ -56,36 +35,32 @@ public final class MotionCarry {
     /// Photometric rule: mean luma difference (0…1) after the warp below which a step is fully
     /// trusted; trust falls linearly to none at twice it.
     public var lumaTolerance: Float = 0.08
-    /// `none` trusts every step inside the frame (for measuring what the rule is worth).
-    public enum TrustRule: String, CaseIterable { case photometric, none }
     public var rule = TrustRule.photometric
     private let capacity: Int
     /// The motion from each frame back to its predecessor (what the carry follows).
-    private let backward: OpticalFlow
+    private let backward: OpticalFlowKernel
     private var previous: LumaPlane?
     private var steps: [Step] = []
     /// The composed motion from each alpha's frame that is carried or may soon be (`follow`), to the
     /// frame it was last carried to: extended by a step a frame, never rebuilt while followed.
     private var accumulated: [UInt64: Accumulated] = [:]
     private var followed: Set<UInt64> = []
-    private let up: Resampler
+    private let up: ResamplerKernel
     /// The motion's size → the carry size (the field and its trust, before the warp).
-    private let fieldUp: Resampler
+    private let fieldUp: ResamplerKernel
     private var warped: [Float]
-    /// Time the newest `add` took (ms).
-    public private(set) var lastMotionMs = 0.0
 
     /// Keeps the motion of the last `capacity` frames (an alpha older than that leaves stale): 128,
     /// 4.3 s at 30 fps, as old as MatAnyone2's alphas get on two slow cores; ~0.45 MB a frame at
     /// 256×144.
-    public init(frameWidth: Int, frameHeight: Int, capacity: Int = 128, flow: OpticalFlow.Parameters = OpticalFlow.Parameters()) {
-        backward = OpticalFlow(parameters: flow)
+    public init(frameWidth: Int, frameHeight: Int, capacity: Int = 128, flow: FlowParameters = FlowParameters()) {
+        backward = OpticalFlowKernel(parameters: flow)
         self.frameWidth = frameWidth
         self.frameHeight = frameHeight
         sizes = Sizes(frameWidth: frameWidth, frameHeight: frameHeight)
         self.capacity = max(2, capacity)
-        up = Resampler(sourceWidth: sizes.carryWidth, sourceHeight: sizes.carryHeight, targetWidth: frameWidth, targetHeight: frameHeight)
-        fieldUp = Resampler(sourceWidth: sizes.flowWidth, sourceHeight: sizes.flowHeight,
+        up = ResamplerKernel(sourceWidth: sizes.carryWidth, sourceHeight: sizes.carryHeight, targetWidth: frameWidth, targetHeight: frameHeight)
+        fieldUp = ResamplerKernel(sourceWidth: sizes.flowWidth, sourceHeight: sizes.flowHeight,
                             targetWidth: sizes.carryWidth, targetHeight: sizes.carryHeight)
         warped = [Float](repeating: 0, count: sizes.carryWidth * sizes.carryHeight)
     }
@@ -101,12 +76,11 @@ public final class MotionCarry {
     /// Adds a frame: its motion back to the frame added before it.
     public func add(_ frame: BGRAImage, pts: UInt64) {
         precondition(frame.width == frameWidth && frame.height == frameHeight)
-        let start = monotonicMs()
         let luma = LumaPlane(frame: frame, width: sizes.flowWidth, height: sizes.flowHeight)
         var step = Step(pts: pts, back: nil, trust: nil)
         if let previous, steps.last.map({ $0.pts < pts }) ?? false {
             let back = backward.flow(from: luma, to: previous)
-            step = Step(pts: pts, back: back, trust: MotionCarry.trust(back: back, current: luma, previous: previous,
+            step = Step(pts: pts, back: back, trust: MotionCarryKernel.trust(back: back, current: luma, previous: previous,
                                                                      tolerance: rule == .photometric ? lumaTolerance : .infinity))
         } else {
             steps.removeAll()  // (time went back: the old motion leads nowhere)
@@ -122,7 +96,6 @@ public final class MotionCarry {
         followed = followed.filter { from in steps.contains { $0.pts == from } }
         for from in followed where from < pts { _ = accumulate(from: from, to: pts) }
         accumulated = accumulated.filter { followed.contains($0.key) }
-        lastMotionMs = monotonicMs() - start
     }
 
     /// Keeps the motion from the frame at `from` (a frame added, whose alpha is coming) composed as
@@ -131,8 +104,8 @@ public final class MotionCarry {
     public func follow(from: UInt64) {
         guard steps.contains(where: { $0.pts == from }) else { return }
         followed.insert(from)
-        if followed.count > MotionCarry.maxFollowed {
-            followed = Set(followed.sorted().suffix(MotionCarry.maxFollowed))
+        if followed.count > MotionCarryKernel.maxFollowed {
+            followed = Set(followed.sorted().suffix(MotionCarryKernel.maxFollowed))
         }
         if let newest = steps.last?.pts, newest > from { _ = accumulate(from: from, to: newest) }
     }
@@ -151,7 +124,7 @@ public final class MotionCarry {
     /// `carry`, made once per alpha.
     public func carrySized(_ alpha: GrayView) -> [Float] {
         precondition(alpha.width == frameWidth && alpha.height == frameHeight)
-        return MotionCarry.averaged(alpha, width: sizes.carryWidth, height: sizes.carryHeight)
+        return MotionCarryKernel.averaged(alpha, width: sizes.carryWidth, height: sizes.carryHeight)
     }
 
     /// Writes `alpha` (carry-sized, of the frame at `from`) carried to the frame at `to` into
@@ -187,11 +160,11 @@ public final class MotionCarry {
             index = first + 2
         }
         while index <= last {
-            result = MotionCarry.compose(result, with: steps[index])
+            result = MotionCarryKernel.compose(result, with: steps[index])
             index += 1
         }
         accumulated[from] = result
-        if accumulated.count > MotionCarry.maxFollowed + 1, let oldest = accumulated.keys.filter({ !followed.contains($0) && $0 != from }).min() {
+        if accumulated.count > MotionCarryKernel.maxFollowed + 1, let oldest = accumulated.keys.filter({ !followed.contains($0) && $0 != from }).min() {
             accumulated[oldest] = nil
         }
         return result
@@ -260,7 +233,7 @@ public final class MotionCarry {
             initialized = n
         }
         let radius = 2
-        OpticalFlow.boxSum(error, width: w, height: h, radius: radius, scratch: error + count)
+        OpticalFlowKernel.boxSum(error, width: w, height: h, radius: radius, scratch: error + count)
         var trust = [Float](repeating: 0, count: n)
         for y in 0..<h {
             let rows = Float(min(h - 1, y + radius) - max(0, y - radius) + 1)
@@ -278,8 +251,8 @@ public final class MotionCarry {
     /// result, in frame pixels.
     private func warp(_ alpha: [Float], field: FlowField, trust: [Float]) -> Double {
         let cw = sizes.carryWidth, ch = sizes.carryHeight
-        let motion = OpticalFlow.upsampled(field, width: cw, height: ch, with: fieldUp)
-        let confidence = OpticalFlow.resized(trust, with: fieldUp)
+        let motion = OpticalFlowKernel.upsampled(field, width: cw, height: ch, with: fieldUp)
+        let confidence = OpticalFlowKernel.resized(trust, with: fieldUp)
         let toFrame = Double(frameWidth) / Double(cw)
         var moved = 0.0, weight = 0.0
         alpha.withUnsafeBufferPointer { a in

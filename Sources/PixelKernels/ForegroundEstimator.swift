@@ -1,3 +1,4 @@
+import MattePixelTypes
 import Dispatch
 import Foundation
 

@@ -1,0 +1,9 @@
+#ifndef PIXEL_ISA_H
+#define PIXEL_ISA_H
+
+/* What the CPU and the OS together allow the pixel kernels to run: 0 baseline x86-64 (SSE2),
+ * 1 x86-64-v3 (AVX2, FMA, BMI2, F16C), 2 x86-64-v4 (AVX-512 F, BW, DQ, VL, CD). The OS part matters:
+ * a kernel that does not save the wide registers must not see them used. */
+int matte_pixel_isa_level(void);
+
+#endif
