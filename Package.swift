@@ -42,9 +42,9 @@ let package = Package(
         .target(name: "PixelKernels", dependencies: ["MattePixelTypes"], path: "Sources/PixelKernels",
                 swiftSettings: [.unsafeFlags(["-O"])]),
         .target(name: "PixelKernelsAVX2", dependencies: ["MattePixelTypes"], path: "Sources/PixelKernelsAVX2",
-                swiftSettings: [.unsafeFlags(["-O", "-target-cpu", "haswell"])]),
+                swiftSettings: [.define("PIXEL_AVX2"), .unsafeFlags(["-O", "-target-cpu", "haswell"])]),
         .target(name: "PixelKernelsAVX512", dependencies: ["MattePixelTypes"], path: "Sources/PixelKernelsAVX512",
-                swiftSettings: [.unsafeFlags(["-O", "-target-cpu", "skylake-avx512"])]),
+                swiftSettings: [.define("PIXEL_AVX512"), .unsafeFlags(["-O", "-target-cpu", "skylake-avx512"])]),
         .target(
             name: "MattePixels",
             dependencies: ["MattePixelTypes", "CPixelISA", "PixelKernels", "PixelKernelsAVX2", "PixelKernelsAVX512"],

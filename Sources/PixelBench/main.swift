@@ -9,6 +9,9 @@ import MattePixels
 //
 //   PixelBench --width W --height H --frames F.bgra --mask M.gray --mask-width MW --mask-height MH [--reps 30]
 //              [--steps upscale,motion]   (only these steps: for a profile of one)
+//              [--matte edge|soft]        (edge: the mask as it is, soft only along the person's edge;
+//                                          soft: soft everywhere, as an uncertain model's, the worst case
+//                                          for the edge colours: every tile is estimated)
 //
 // and prints one JSON object on stdout: per build and step, the median and p95 in ms, and whether
 // every build gave the baseline's bytes.
@@ -21,6 +24,7 @@ func fail(_ message: String) -> Never {
 var width = 0, height = 0, maskWidth = 512, maskHeight = 288, reps = 30
 var framesPath = "", maskPath = ""
 var only: Set<String>?
+var soft = false
 var arguments = CommandLine.arguments.dropFirst().makeIterator()
 while let argument = arguments.next() {
     guard let value = arguments.next() else { fail("\(argument) needs a value") }
@@ -33,6 +37,7 @@ while let argument = arguments.next() {
     case "--mask-height": maskHeight = Int(value) ?? 0
     case "--reps": reps = Int(value) ?? 0
     case "--steps": only = Set(value.split(separator: ",").map(String.init))
+    case "--matte": soft = value == "soft"
     default: fail("unknown option \(argument)")
     }
 }
@@ -132,7 +137,10 @@ final class Chain {
     }
 }
 
-let maskFloats = maskData.prefix(maskWidth * maskHeight).map { Float($0) / 255 }
+// The soft matte: the mask squeezed into 0.2…0.8 with a ripple (a fixed pattern: the same each run).
+let maskFloats = maskData.prefix(maskWidth * maskHeight).enumerated().map { index, byte in
+    soft ? 0.2 + 0.6 * Float(byte) / 255 + 0.05 * Float((index * 7919) % 13) / 13 : Float(byte) / 255
+}
 let chains = PixelISA.supported.map(Chain.init)
 for chain in chains {
     for index in 0..<2 { chain.run(frame: index, maskFloats: maskFloats, record: false) }  // (buffers, pages, caches)
@@ -156,6 +164,7 @@ for chain in chains {
 }
 let result: [String: Any] = [
     "width": width, "height": height, "model_width": maskWidth, "model_height": maskHeight,
+    "matte": soft ? "soft" : "edge",
     "frames": frames.count, "reps": reps, "cores": ProcessInfo.processInfo.activeProcessorCount,
     "active": PixelISA.active.description, "supported": PixelISA.supported.map(\.description),
     "builds": builds,

@@ -385,84 +385,90 @@ final class ForegroundEstimator {
                 // Four at a time: bytes to floats through their bits, divided exactly (255 gives 1).
                 let from = row + tile.x - 1
                 while u + 4 <= size + 2 {
-                    let bytes = UnsafeRawPointer(from + u).loadUnaligned(as: UInt32.self)
-                    let four = SIMD4<UInt32>(bytes & 0xFF, bytes >> 8 & 0xFF, bytes >> 16 & 0xFF, bytes >> 24)
-                    Self.store(Self.float(four) / 255, to + u)
+                    let bytes = Int32(bitPattern: UnsafeRawPointer(from + u).loadUnaligned(as: UInt32.self))
+                    let four = SIMD4<Int32>(bytes & 0xFF, bytes >> 8 & 0xFF, bytes >> 16 & 0xFF, bytes >> 24 & 0xFF)
+                    Self.store(Self.float(four) / Lanes(repeating: 255), to + u)
                     u += 4
                 }
             }
             for u in u..<(size + 2) { to[u] = toAlpha[4 * Int(row[min(max(tile.x + u - 1, 0), width - 1)])] }
         }
-        let epsilon = Lanes(repeating: regularization), omega = Lanes(repeating: gradientWeight), one = Lanes(repeating: 1)
+        let epsilon = TileLanes(repeating: regularization), omega = TileLanes(repeating: gradientWeight)
+        let one = TileLanes(repeating: 1), lanes = TileLanes.scalarCount
         for v in 0..<tile.height {
             let source = frame.base + (tile.y + v) * frame.stride + 4 * tile.x
             let out = output + v * size * 4
             // The two upsampled quarter rows this row lies between, and their weights.
             let phase = v & 3, upper = v >> 2 + (phase < 2 ? 0 : 1)
-            let upperWeight = Lanes(repeating: leftWeight[phase]), lowerWeight = 1 - upperWeight
+            let upperWeight = TileLanes(repeating: leftWeight[phase]), lowerWeight = 1 - upperWeight
             let upperRow = scratch.rows + upper * 6 * size, lowerRow = upperRow + 6 * size
-            for group in 0..<(size / 4) {
-                let u = 4 * group, count = min(tile.width - u, 4)
+            for group in 0..<(size / lanes) {
+                let u = lanes * group, count = min(tile.width - u, lanes)
                 if count <= 0 { break }
-                // The frame's four pixels (fewer at the frame's right edge): the output where α is 0 or 1.
+                // The frame's pixels (fewer at the frame's right edge): the output where α is 0 or 1.
                 let pixels = UnsafeMutableRawPointer(out + 4 * u)
-                var four = SIMD4<UInt32>.zero
-                if count == 4 {
-                    four = UnsafeRawPointer(source + 4 * u).loadUnaligned(as: SIMD4<UInt32>.self)
+                // (A constant: the helpers below capture it, and a captured variable costs an access check.)
+                let frameBits: TileBits
+                if count == lanes {
+                    frameBits = UnsafeRawPointer(source + 4 * u).loadUnaligned(as: TileBits.self)
                 } else {
-                    for lane in 0..<count { four[lane] = UnsafeRawPointer(source + 4 * (u + lane)).loadUnaligned(as: UInt32.self) }
+                    var partial = TileBits.zero
+                    for lane in 0..<count { partial[lane] = UnsafeRawPointer(source + 4 * (u + lane)).loadUnaligned(as: Int32.self) }
+                    frameBits = partial
                 }
-                @inline(__always) func write(_ value: SIMD4<UInt32>) {
-                    if count == 4 {
-                        pixels.storeBytes(of: value, as: SIMD4<UInt32>.self)
+                @inline(__always) func write(_ value: TileBits) {
+                    if count == lanes {
+                        pixels.storeBytes(of: value, as: TileBits.self)
                     } else {
-                        for lane in 0..<count { pixels.storeBytes(of: value[lane], toByteOffset: 4 * lane, as: UInt32.self) }
+                        for lane in 0..<count { pixels.storeBytes(of: value[lane], toByteOffset: 4 * lane, as: Int32.self) }
                     }
                 }
                 let centre = mattes + (v + 1) * matteStride + u + 1
-                let a = Self.load(centre)
+                let a = Self.loadTile(centre)
                 // a·(1 − a) > 0 exactly where the matte is soft (tested on the bits: no float reduction).
-                let softBits = unsafeBitCast(a * (one - a), to: SIMD2<UInt64>.self)
-                if softBits[0] | softBits[1] == 0 {
-                    write(four)
+                let softWords = unsafeBitCast(a * (one - a), to: TileWords.self)
+                var anySoft: UInt64 = 0
+                for index in softWords.indices { anySoft |= softWords[index] }
+                if anySoft == 0 {
+                    write(frameBits)
                     continue
                 }
-                let total = 4 * epsilon + omega * (Self.difference(a, Self.load(centre - 1)) + Self.difference(a, Self.load(centre + 1))
-                    + Self.difference(a, Self.load(centre - matteStride)) + Self.difference(a, Self.load(centre + matteStride)))
+                let total = 4 * epsilon + omega * (Self.difference(a, Self.loadTile(centre - 1)) + Self.difference(a, Self.loadTile(centre + 1))
+                    + Self.difference(a, Self.loadTile(centre - matteStride)) + Self.difference(a, Self.loadTile(centre + matteStride)))
                 // α = 1 pins F = I and α = 0 pins B = I: their smoothness drops out.
                 var foregroundTotal = total, backgroundTotal = total
-                foregroundTotal.replace(with: Lanes.zero, where: a .== one)
-                backgroundTotal.replace(with: Lanes.zero, where: a .== Lanes.zero)
+                foregroundTotal.replace(with: TileLanes.zero, where: a .== one)
+                backgroundTotal.replace(with: TileLanes.zero, where: a .== TileLanes.zero)
                 let inverse = one - a
                 let a11 = a * a + foregroundTotal, a22 = inverse * inverse + backgroundTotal, a12 = a * inverse
                 let reciprocal = one / (a11 * a22 - a12 * a12)
                 let p22 = a22 * reciprocal, p12 = a12 * reciprocal
-                @inline(__always) func foreground(_ c: Int) -> Lanes {
-                    let image = Self.float(four &>> UInt32(8 * c) & 0xFF)
-                    let startForeground = Self.load(upperRow + c * size + u) * upperWeight
-                        + Self.load(lowerRow + c * size + u) * lowerWeight
-                    let startBackground = Self.load(upperRow + (3 + c) * size + u) * upperWeight
-                        + Self.load(lowerRow + (3 + c) * size + u) * lowerWeight
+                @inline(__always) func foreground(_ c: Int) -> TileLanes {
+                    let image: TileLanes = Self.float((frameBits &>> Int32(8 * c)) & 0xFF)
+                    let startForeground = Self.loadTile(upperRow + c * size + u) * upperWeight
+                        + Self.loadTile(lowerRow + c * size + u) * lowerWeight
+                    let startBackground = Self.loadTile(upperRow + (3 + c) * size + u) * upperWeight
+                        + Self.loadTile(lowerRow + (3 + c) * size + u) * lowerWeight
                     let b1 = a * image + foregroundTotal * startForeground, b2 = inverse * image + backgroundTotal * startBackground
                     return Self.clampColour(p22 * b1 - p12 * b2)
                 }
                 // Rounded to bytes through their bits, packed as BGRA with the frame's alpha byte, and
                 // written where the matte is soft.
                 let packed = Self.byte(foreground(0)) | Self.byte(foreground(1)) &<< 8 | Self.byte(foreground(2)) &<< 16
-                    | four & 0xFF00_0000
-                write(four.replacing(with: packed, where: (a .> Lanes.zero) .& (a .< one)))
+                    | frameBits & TileBits(repeating: Int32(bitPattern: 0xFF00_0000))
+                write(frameBits.replacing(with: packed, where: (a .> TileLanes.zero) .& (a .< one)))
             }
         }
     }
 
     /// Values in [0, 255] rounded to integers, through the bits of 2²³ + value.
-    @inline(__always) private static func byte(_ value: Lanes) -> SIMD4<UInt32> {
-        unsafeBitCast(value + 8_388_608, to: SIMD4<UInt32>.self) & 0xFF
+    @inline(__always) private static func byte<V: SIMD>(_ value: V) -> V.MaskStorage where V.Scalar == Float {
+        unsafeBitCast(value + V(repeating: 8_388_608), to: V.MaskStorage.self) & V.MaskStorage(repeating: 0xFF)
     }
 
-    /// Integers below 2²³ as floats, through their bits.
-    @inline(__always) private static func float(_ value: SIMD4<UInt32>) -> Lanes {
-        unsafeBitCast(value | 0x4B00_0000, to: Lanes.self) - 8_388_608
+    /// Integers in [0, 2²³) as floats, through their bits.
+    @inline(__always) private static func float<V: SIMD>(_ value: V.MaskStorage) -> V where V.Scalar == Float {
+        unsafeBitCast(value | V.MaskStorage(repeating: 0x4B00_0000), to: V.self) - V(repeating: 8_388_608)
     }
 
     /// α of a sum of four matte bytes (of one byte: at 4 × it), divided exactly so that 255 gives
@@ -475,9 +481,23 @@ final class ForegroundEstimator {
 
     // MARK: - The relaxation sweep
 
-    /// Four lanes: the baseline x86-64 target has 16 SSE registers, and eight-lane vectors spill.
+    /// Four lanes: the baseline x86-64 target has 16 SSE registers, and eight-lane vectors spill. (The
+    /// sweeps stay at four in every build: how far a step writes past a segment's end is part of
+    /// their result.)
     typealias Lanes = SIMD4<Float>
     static let lanes = 4
+    /// The tiles' lanes: one register of the build's width (a tile's 32 columns are whole groups).
+    /// (Eight in the AVX-512 build too: its code is tuned for 256-bit vectors, as LLVM tunes these CPUs,
+    /// and sixteen lanes then take two registers each and spill: 1.9× slower, measured.)
+#if PIXEL_AVX2 || PIXEL_AVX512
+    typealias TileLanes = SIMD8<Float>
+    typealias TileWords = SIMD4<UInt64>
+#else
+    typealias TileLanes = SIMD4<Float>
+    typealias TileWords = SIMD2<UInt64>
+#endif
+    /// The frame's BGRA pixels of a group, and the lanes' bits.
+    typealias TileBits = TileLanes.MaskStorage
 
     /// One Jacobi step for the pixels `columns` of row `y` of `planes`: reads solution `source`, writes
     /// the other. Columns run in steps of `lanes` past the range's end (the planes' strides leave room,
@@ -542,6 +562,8 @@ final class ForegroundEstimator {
         }
     }
 
+    // The helpers serve every lane count (`Lanes`, `TileLanes`): each lane computes alone, so a wider
+    // vector gives the same bytes.
     @inline(__always) static func load(_ pointer: UnsafeMutablePointer<Float>) -> Lanes {
         UnsafeRawPointer(pointer).loadUnaligned(as: Lanes.self)
     }
@@ -550,10 +572,14 @@ final class ForegroundEstimator {
         UnsafeMutableRawPointer(pointer).storeBytes(of: value, as: Lanes.self)
     }
 
+    @inline(__always) static func loadTile(_ pointer: UnsafeMutablePointer<Float>) -> TileLanes {
+        UnsafeRawPointer(pointer).loadUnaligned(as: TileLanes.self)
+    }
+
     /// |a − b| by clearing the sign bit (the generic pointwiseMax is not inlined).
-    @inline(__always) static func difference(_ a: Lanes, _ b: Lanes) -> Lanes {
-        let bits = unsafeBitCast(a - b, to: SIMD4<UInt32>.self) & SIMD4<UInt32>(repeating: 0x7FFF_FFFF)
-        return unsafeBitCast(bits, to: Lanes.self)
+    @inline(__always) static func difference<V: SIMD>(_ a: V, _ b: V) -> V where V.Scalar == Float {
+        let bits = unsafeBitCast(a - b, to: V.MaskStorage.self) & V.MaskStorage(repeating: 0x7FFF_FFFF)
+        return unsafeBitCast(bits, to: V.self)
     }
 
     /// The value clamped to [0, 255], in the operand order of SSE's maxps/minps (which LLVM then uses).
@@ -564,6 +590,18 @@ final class ForegroundEstimator {
         high.replace(with: low, where: low .< high)
         return high
     }
+
+#if PIXEL_AVX2 || PIXEL_AVX512
+    /// The same for the tiles' wider lanes. (Not generic: a generic SIMD comparison is compiled lane
+    /// by lane, with a branch each.)
+    @inline(__always) static func clampColour(_ value: TileLanes) -> TileLanes {
+        var low = TileLanes.zero
+        low.replace(with: value, where: value .> TileLanes.zero)
+        var high = TileLanes(repeating: 255)
+        high.replace(with: low, where: low .< high)
+        return high
+    }
+#endif
 }
 
 /// Sixteen float planes with one stride: the image (3, B G R), the matte, and two solutions (for

@@ -16,10 +16,11 @@ SHARED = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
 def test_every_build_is_timed_and_gives_the_same_bytes(tmp_path: Path):
     out = tmp_path / "pixels.json"
     run = subprocess.run([sys.executable, "-m", "tools.bench_pixels", "--sizes", "322x182", "--frames", "3",
-                          "--reps", "2", "--json", str(out)], cwd=ROOT, capture_output=True, text=True)
+                          "--reps", "2", "--mattes", "edge,soft", "--json", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(out.read_text())
-    result = report["results"][0]
+    assert [r["matte"] for r in report["results"]] == ["edge", "soft"]
+    result = report["results"][1]
     assert (result["width"], result["height"]) == (322, 182)
     assert result["same_bytes"] is True
     assert result["supported"][0] == "baseline" and result["active"] in result["supported"]
