@@ -189,7 +189,6 @@ final class MatteFilter {
         options.session.threads = Int(settings.threads)
         options.session.provider = settings.executionProvider
         options.session.device = Int(settings.gpuDevice)
-        options.precision = settings.precision
         options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
         if !settings.inferenceServer.isEmpty {
             var server = ServerOptions(url: settings.inferenceServer)
@@ -216,9 +215,24 @@ final class MatteFilter {
         parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
         parameters.watch.patience = Int(settings.watchPatience)
         parameters.noPersonAlpha = UInt8(settings.noPersonAlpha)
-        let engine = try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
-                                                workingShortSide: Int(settings.workingSize),
-                                                seed: { try seedSource(settings, maskPath: nil) })
+        let automatic = settings.precision.set == nil ? AutoPrecision.choose(options) : nil
+        options.precision = settings.precision.set ?? automatic!.precision
+        if let automatic { DebugLog.log(GST_LEVEL_INFO, handle, "precision=auto: \(automatic.reason)") }
+        let make = { (options: EngineOptions) in
+            try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
+                                       workingShortSide: Int(settings.workingSize),
+                                       seed: { try self.seedSource(settings, maskPath: nil) })
+        }
+        let engine: MattingEngine
+        do {
+            engine = try make(options)
+        } catch where automatic?.precision == .bf16 {
+            // What auto chose failed to load: fp32 still runs (a warning says why, the stats say fp32).
+            ErrorMapping.postWarning("precision=auto chose bf16, which failed to load (\(EngineError.classify(error, during: .starting).description)); "
+                                     + "running fp32 instead (precision=fp32 skips the attempt)", on: handle)
+            options.precision = .fp32
+            engine = try make(options)
+        }
         return engineWrap.withLock { $0 }.map { $0(engine) } ?? engine
     }
 

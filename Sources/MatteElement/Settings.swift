@@ -166,14 +166,22 @@ extension ExecutionProvider: PropertyEnum {
     }
 }
 
-extension ModelPrecision: PropertyEnum {
+/// `precision`: a MatAnyone2 model set, or `auto` (AutoPrecision: bf16 where it pays, else fp32).
+/// `auto` comes last so that the sets keep the numbers they had.
+enum PrecisionChoice: String, PropertyEnum {
+    case fp32, int8, fp16, bf16, auto
     static let typeName = "GstMatAnyonePrecision"
+
+    /// The set asked for; nil for auto.
+    var set: ModelPrecision? { ModelPrecision(rawValue: rawValue) }
+
     var blurb: String {
         switch self {
         case .fp32: return "The exported float32 MatAnyone2 set (matanyone2/)"
         case .int8: return "The int8 QDQ set made by tools/matanyone2/quantize.py (matanyone2-int8/): faster on CPUs, less exact"
         case .fp16: return "The fp16 set made by tools/matanyone2/fp16.py (matanyone2-fp16/): for GPUs (slow on CPUs)"
         case .bf16: return "The bf16 set made by tools/matanyone2/bf16.py (matanyone2-bf16/): OpenVINO's bfloat16 on CPUs that compute it (AVX512_BF16, AMX)"
+        case .auto: return "bf16 where it pays (a CPU that computes it faster than fp32, the bf16 set, the OpenVINO build), else fp32; the stats say which ran"
         }
     }
 }
@@ -205,7 +213,7 @@ struct Settings: Equatable {
     var topK = UInt32(engineDefaults.topK)
     var warmup = UInt32(engineDefaults.warmup)
     var workingSize: UInt32 = 288
-    var precision = ModelPrecision.fp32
+    var precision = PrecisionChoice.auto
     /// Upstream silence (ms of stream time) after which the track starts over (GapRule); 0: every
     /// DISCONT does. 2 s: longer than a network hiccup or a leaky queue's drops, shorter than a
     /// pause after which the scene has usually changed.
@@ -379,7 +387,7 @@ struct PropertyDeclaration {
         .uint("working-size", "Working size",
               "MatAnyone2: short side of the size the model runs at, keeping the frame's aspect, multiples of 16 "
                   + "(0 = the frame's own size)", \.workingSize, 0...4096, .ready),
-        .enumeration("precision", "Precision", "MatAnyone2: which model set to run; int8 and fp16 must be made first (see the README)",
+        .enumeration("precision", "Precision", "MatAnyone2: which model set to run (auto: bf16 where it pays, else fp32); int8, fp16 and bf16 must be made first (see the README)",
                      \.precision, .ready),
         .uint("reset-after-gap", "Reset after gap",
               "Start the track over when upstream is silent for this many ms of stream time (0: on every DISCONT "

@@ -273,7 +273,7 @@ private let enumTypes: [String: GType] = [
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),
     SeedMode.typeName: registerEnum(SeedMode.self),
     MatteMode.typeName: registerEnum(MatteMode.self),
-    ModelPrecision.typeName: registerEnum(ModelPrecision.self),
+    PrecisionChoice.typeName: registerEnum(PrecisionChoice.self),
     SharedMemoryUse.typeName: registerEnum(SharedMemoryUse.self),
     ServerFrameFormat.typeName: registerEnum(ServerFrameFormat.self),
 ]

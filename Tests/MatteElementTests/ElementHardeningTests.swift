@@ -65,7 +65,7 @@ import TestPaths
     /// once, from the element, with its own domain — not followed by a second report of it.
     @Test func aNegotiationErrorIsPostedOnce() throws {
         let description = "videotestsrc num-buffers=2 ! video/x-raw,format=BGRA,width=1920,height=1080 "
-            + "! matanyone name=m engine=matanyone2 working-size=4096 model-dir=\"\(TestPaths.modelDir)\" ! fakesink"
+            + "! matanyone name=m engine=matanyone2 precision=fp32 working-size=4096 model-dir=\"\(TestPaths.modelDir)\" ! fakesink"
         let (fromElement, others) = try #require(withPlayingPipeline(description) { _, bus -> ([String], Int) in
             var fromElement: [String] = []
             var others = 0
@@ -147,7 +147,7 @@ import TestPaths
         let frame = [UInt8](frames.prefix(512 * 288 * 4))
 
         func run(seedMask: String, pushes: Int, between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil) throws -> [[UInt8]] {
-            try harnessOutputs("matanyone name=m engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
+            try harnessOutputs("matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
                                + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, between: between)
         }
 

@@ -19,7 +19,7 @@ import TestPaths
         init(_ extra: String = "") throws {
             precondition(gstreamerReady)
             let data = TestPaths.dataDir
-            harness = gst_harness_new_parse("matanyone engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
+            harness = gst_harness_new_parse("matanyone engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
                                             + "working-size=144 mem-every=2 seed=mask "
                                             + "seed-mask=\"\(data)/test-sample2-mask-512x288.png\" stats-interval=1 \(extra)")!
             bus = gst_bus_new()!

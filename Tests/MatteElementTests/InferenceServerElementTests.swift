@@ -15,7 +15,7 @@ import TestPaths
     static let source = "videotestsrc num-buffers=6 ! video/x-raw,format=BGRA,width=256,height=144,framerate=30/1"
 
     static func element(_ server: String, _ extra: String = "") -> String {
-        "matanyone engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" seed=mask seed-mask=\"\(mask)\" working-size=144 "
+        "matanyone engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" seed=mask seed-mask=\"\(mask)\" working-size=144 "
             + "inference-server=\(server) stats-interval=1 \(extra)"
     }
 

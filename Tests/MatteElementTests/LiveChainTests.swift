@@ -79,7 +79,7 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
 @Suite(.serialized) struct LiveChainTests {
     let data = TestPaths.dataDir
     var matanyone2: String {
-        "matanyone name=m engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" working-size=144 warmup=0 seed=mask "
+        "matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" working-size=144 warmup=0 seed=mask "
             + "seed-mask=\"\(data)/test-sample2-mask-512x288.png\" stats-interval=1"
     }
     let liveSource = "videotestsrc is-live=true pattern=ball num-buffers=150 ! video/x-raw,format=BGRA,width=640,height=360,framerate=30/1"

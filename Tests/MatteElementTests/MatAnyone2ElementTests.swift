@@ -6,12 +6,12 @@ import MatteElement
 import MatteEngine
 import TestPaths
 
-/// engine=matanyone2 inside real pipelines, on the random-init model set scripts/test.sh exports.
+/// engine=matanyone2 precision=fp32 inside real pipelines, on the random-init model set scripts/test.sh exports.
 @Suite(.serialized) struct MatAnyone2ElementTests {
     let data = TestPaths.dataDir
     var clip: String { (ProcessInfo.processInfo.environment["MATANYONE_SHARED"] ?? "\(TestPaths.dataDir)/../../../shared") + "/media/test-sample2.mp4" }
     var mask: String { "\(data)/test-sample2-mask-512x288.png" }
-    var element: String { "matanyone engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\"" }
+    var element: String { "matanyone engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\"" }
     var realFrames: String {
         "filesrc location=\"\(data)/test-sample2-512x288.bgra\" ! rawvideoparse format=bgra width=512 height=288 framerate=25/1"
     }
@@ -61,7 +61,7 @@ import TestPaths
 
     /// model-dir straight at the MatAnyone2 set with seed=auto: the segmenter beside it seeds.
     @Test func modelDirAtTheSetItselfSeedsAutomatically() throws {
-        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! matanyone engine=matanyone2 "
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! matanyone engine=matanyone2 precision=fp32 "
                               + "model-dir=\"\(TestPaths.modelDir)/matanyone2\" working-size=144 warmup=0 stats-interval=1 ! fakesink")
         #expect(run.error == nil, "\(run.error?.message ?? "")")
         #expect(run.elementMessages.contains { $0["name"] == "matanyone-stats" && $0["engine"] == "matanyone2" })
@@ -72,6 +72,42 @@ import TestPaths
                               + "! matanyone model-dir=\"\(TestPaths.modelDir)\" stats-interval=1 ! fakesink")
         #expect(run.error == nil)
         #expect(run.elementMessages.first { $0["name"] == "matanyone-stats" }?["engine"] == "matanyone2")
+    }
+
+    /// precision=auto is the default and runs what AutoPrecision chooses for this machine and folder
+    /// (bf16 on a CPU where it pays with the bf16 set and the OpenVINO build, else fp32); the stats say
+    /// which ran.
+    @Test func precisionAutoIsTheDefaultAndRunsWhatItChooses() throws {
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! matanyone engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" "
+                              + "warmup=1 stats-interval=1 ! fakesink")
+        #expect(run.error == nil, "\(String(describing: run.error))")
+        let expected = AutoPrecision.choose(EngineOptions(modelDir: TestPaths.modelDir)).precision.rawValue
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["precision"] == expected }, "\(stats.first ?? [:]), expected \(expected)")
+    }
+
+    /// Where auto chooses bf16 and the bf16 set fails to load (its files corrupt here), fp32 runs with a
+    /// WARNING saying why; where auto chooses fp32 (no bf16 CPU, no OpenVINO build) fp32 runs silently.
+    @Test func precisionAutoFallsBackToFp32WhenBf16FailsToLoad() throws {
+        let directory = TestPaths.scratch("auto-bf16-broken")
+        for set in ["matanyone2", "segmenter"] {
+            try FileManager.default.createSymbolicLink(atPath: directory + "/" + set, withDestinationPath: TestPaths.modelDir + "/" + set)
+        }
+        let broken = directory + "/matanyone2-bf16"
+        try FileManager.default.createDirectory(atPath: broken, withIntermediateDirectories: true)
+        let fp32Set = TestPaths.modelDir + "/matanyone2"
+        for file in try FileManager.default.contentsOfDirectory(atPath: fp32Set) {
+            let data = file.hasSuffix(".onnx") ? Data("not a model".utf8) : try Data(contentsOf: URL(fileURLWithPath: fp32Set + "/" + file))
+            try data.write(to: URL(fileURLWithPath: broken + "/" + file))
+        }
+        let choice = AutoPrecision.choose(EngineOptions(modelDir: directory))
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! matanyone engine=matanyone2 model-dir=\"\(directory)\" "
+                              + "warmup=0 stats-interval=1 ! fakesink")
+        #expect(run.error == nil, "\(String(describing: run.error))")
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["precision"] == "fp32" }, "\(stats.first ?? [:])")
+        let fellBack = run.warnings.filter { $0.contains("precision=auto chose bf16") && $0.contains("running fp32") }
+        #expect(fellBack.count == (choice.precision == .bf16 ? 1 : 0), "\(choice.reason); \(run.warnings)")
     }
 
     @Test func int8PrecisionRunsTheQuantizedSet() throws {
@@ -95,7 +131,7 @@ import TestPaths
     }
 
     @Test func int8SetRunAsFp32IsRefusedNamingThePrecision() throws {
-        let run = runPipeline("\(realFrames) ! matanyone engine=matanyone2 "
+        let run = runPipeline("\(realFrames) ! matanyone engine=matanyone2 precision=fp32 "
                               + "model-dir=\"\(TestPaths.modelDir)/matanyone2-int8\" ! fakesink")
         let error = try #require(run.error)
         #expect(error.domain == "gst-library-error-quark")

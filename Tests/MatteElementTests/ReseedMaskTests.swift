@@ -24,7 +24,7 @@ import TestPaths
 
     private func run(seedMask: String, pushes: Int, bus: UnsafeMutablePointer<GstBus>? = nil,
                      between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil) throws -> [[UInt8]] {
-        try harnessOutputs("matanyone name=m engine=matanyone2 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
+        try harnessOutputs("matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
                            + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, bus: bus, between: between)
     }
 

@@ -1,0 +1,41 @@
+import Foundation
+
+/// What `precision=auto` (the element's default) runs: bf16 where it pays, fp32 elsewhere, and why.
+/// bf16 needs a CPU that computes it and gains there (AMD Zen 4 and later: 1.48-1.51x over fp32,
+/// measured with `scripts/bench.sh --precision bf16`; Intel's AVX512_BF16 without AMX ran 1.17-1.29x
+/// slower, so fp32 there), the bf16 set in the model folder (tools/matanyone2/bf16.py makes it) and
+/// ONNX Runtime's OpenVINO build (set-up installs it). Anything else, or MatAnyone2 elsewhere (an
+/// inference server, a GPU), runs fp32.
+public enum AutoPrecision {
+    public struct Choice: Equatable, Sendable {
+        public let precision: ModelPrecision
+        /// One sentence for the log: what runs and why.
+        public let reason: String
+    }
+
+    public static func choose(_ options: EngineOptions) -> Choice {
+        func fp32(_ why: String) -> Choice { Choice(precision: .fp32, reason: "fp32: " + why) }
+        if options.server != nil { return fp32("with an inference server, its repository decides the set") }
+        guard [.cpu, .openvino].contains(options.session.provider) else {
+            return fp32("execution-provider=\(options.session.provider.rawValue) is not the CPU")
+        }
+        let cpu = options.cpuFeatures
+        if cpu.bf16.isEmpty { return fp32("this CPU does not compute bf16 (no AVX512_BF16, no AMX-BF16)") }
+        if cpu.bf16SlowerThanFp32 {
+            return fp32("bf16 ran 1.17-1.29x slower than fp32 on Intel's AVX512_BF16 without AMX, which this CPU is")
+        }
+        let set = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .bf16)
+        guard ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .bf16) else {
+            return fp32("this CPU computes bf16 (\(cpu.bf16.joined(separator: ", "))), but there is no bf16 set at \(set) "
+                        + "(tools/matanyone2/bf16.py makes it: README, \"bf16\")")
+        }
+        guard options.runtimeLibrary.isEmpty else {
+            return fp32("runtime-library names the runtime, and bf16 runs on the OpenVINO build set-up installs")
+        }
+        guard FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath) else {
+            return fp32("ONNX Runtime's OpenVINO build, which bf16 runs on, is not installed at \(OnnxRuntime.openvinoLibraryPath)")
+        }
+        return Choice(precision: .bf16, reason: "bf16: this CPU computes it (\(cpu.bf16.joined(separator: ", "))) and the bf16 "
+                      + "set is at \(set)")
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+import Testing
+@testable import MatteEngine
+import TestPaths
+
+/// precision=auto: bf16 only where every condition holds (a CPU that computes bf16 faster than fp32,
+/// the bf16 set, the OpenVINO build, MatAnyone2 on this CPU), fp32 elsewhere with the reason. CPUs
+/// simulated from cpuinfo text, as in Bf16Tests; model folders made in scratch.
+struct AutoPrecisionTests {
+    /// A model folder with the fp32 set and, when asked, a bf16 set (manifests only: nothing loads).
+    static func folder(bf16: Bool) throws -> String {
+        let directory = TestPaths.scratch("auto-precision")
+        for set in bf16 ? ["matanyone2", "matanyone2-bf16"] : ["matanyone2"] {
+            try FileManager.default.createDirectory(atPath: directory + "/" + set, withIntermediateDirectories: true)
+            try Data("{}".utf8).write(to: URL(fileURLWithPath: directory + "/" + set + "/manifest.json"))
+        }
+        return directory
+    }
+
+    static func choose(_ cpu: CpuFeatures, modelDir: String, provider: ExecutionProvider = .cpu, runtimeLibrary: String = "",
+                       server: Bool = false) -> AutoPrecision.Choice {
+        var options = EngineOptions(modelDir: modelDir, runtimeLibrary: runtimeLibrary)
+        options.cpuFeatures = cpu
+        options.session.provider = provider
+        if server { options.server = ServerOptions(url: "http://127.0.0.1:1") }
+        return AutoPrecision.choose(options)
+    }
+
+    @Test func bf16OnlyWhereItPays() throws {
+        let withSet = try Self.folder(bf16: true), withoutSet = try Self.folder(bf16: false)
+        let openvino = FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath)
+        // Zen 4 with the set: bf16 where the OpenVINO build is installed, else fp32 naming it.
+        let zen4 = Self.choose(Bf16Tests.zen4, modelDir: withSet)
+        #expect(zen4.precision == (openvino ? .bf16 : .fp32), "\(zen4.reason)")
+        #expect(zen4.reason.contains(openvino ? "avx512_bf16" : OnnxRuntime.openvinoLibraryPath), "\(zen4.reason)")
+        let amx = Self.choose(Bf16Tests.intelAmx, modelDir: withSet)
+        #expect(amx.precision == zen4.precision, "\(amx.reason)")
+        // Each missing condition: fp32, and the sentence says which.
+        let cases: [(AutoPrecision.Choice, String)] = [
+            (Self.choose(Bf16Tests.avx2Only, modelDir: withSet), "does not compute bf16"),
+            (Self.choose(Bf16Tests.intelNoAmx, modelDir: withSet), "slower than fp32"),
+            (Self.choose(Bf16Tests.zen4, modelDir: withoutSet), "no bf16 set at \(withoutSet)/matanyone2-bf16"),
+            (Self.choose(Bf16Tests.zen4, modelDir: withSet, provider: .cuda), "execution-provider=cuda"),
+            (Self.choose(Bf16Tests.zen4, modelDir: withSet, runtimeLibrary: "/opt/ort/libonnxruntime.so"), "runtime-library"),
+            (Self.choose(Bf16Tests.zen4, modelDir: withSet, server: true), "inference server"),
+        ]
+        for (choice, why) in cases {
+            #expect(choice.precision == .fp32 && choice.reason.hasPrefix("fp32: ") && choice.reason.contains(why), "\(choice.reason)")
+        }
+    }
+}
