@@ -66,7 +66,7 @@ public final class MatAnyone2Engine: MattingEngine {
         if let server = options.server {
             guard options.precision == .fp32 else {
                 throw EngineError.badSettings(detail: "precision=\(options.precision.rawValue) chooses the model set run in this process; "
-                                              + "with inference-server the server's repository decides (leave precision=fp32)")
+                                              + "with inference-server the server's repository decides (leave precision=auto, or set fp32)")
             }
             home = .server(try StepClient(options: server, parameters: parameters))
             directory = server.url
