@@ -592,14 +592,10 @@ final class ForegroundEstimator {
     }
 
 #if PIXEL_AVX2 || PIXEL_AVX512
-    /// The same for the tiles' wider lanes. (Not generic: a generic SIMD comparison is compiled lane
-    /// by lane, with a branch each.)
+    /// The same for the tiles' eight lanes, half by half (not generic: a generic SIMD comparison is
+    /// compiled lane by lane, with a branch each).
     @inline(__always) static func clampColour(_ value: TileLanes) -> TileLanes {
-        var low = TileLanes.zero
-        low.replace(with: value, where: value .> TileLanes.zero)
-        var high = TileLanes(repeating: 255)
-        high.replace(with: low, where: low .< high)
-        return high
+        TileLanes(lowHalf: clampColour(value.lowHalf), highHalf: clampColour(value.highHalf))
     }
 #endif
 }
