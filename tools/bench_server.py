@@ -33,8 +33,9 @@ LINK_BYTES_PER_S = 10e9 / 8 * 0.9  # 10 GbE, 90 % of it for payload
 
 
 def element(args, width: int, height: int, mask: Path, server: str | None, extra: str = '') -> str:
-    text = (f'matanyone engine=matanyone2 working-size={min(width, height)} seed=mask seed-mask={mask} watch-interval=0 '
-            f'stats-interval=1 threads={args.threads}')
+    # fp32 here as on the server (whose repository holds the fp32 set): precision=auto may pick bf16.
+    text = (f'matanyone engine=matanyone2 precision=fp32 working-size={min(width, height)} seed=mask seed-mask={mask} '
+            f'watch-interval=0 stats-interval=1 threads={args.threads}')
     if args.model_dir:
         text += f' model-dir={args.model_dir}'
     if server:

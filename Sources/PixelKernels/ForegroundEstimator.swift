@@ -1,7 +1,6 @@
-import MattePixelTypes
 import Dispatch
 import Foundation
-
+import MattePixelTypes
 
 /// Foreground colours at the soft edge of a matte, so that a composite over a new background keeps no
 /// colour of the old one. A frame pixel is I = α·F + (1 − α)·B; blending the frame itself over a new

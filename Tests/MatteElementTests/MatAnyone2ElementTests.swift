@@ -69,7 +69,7 @@ import TestPaths
 
     @Test func engineAutoPicksMatAnyone2WhenItsSetIsInstalled() throws {
         let run = runPipeline("videotestsrc num-buffers=1 pattern=black ! video/x-raw,format=BGRA,width=64,height=48 "
-                              + "! matanyone model-dir=\"\(TestPaths.modelDir)\" stats-interval=1 ! fakesink")
+                              + "! matanyone model-dir=\"\(TestPaths.modelDir)\" precision=fp32 stats-interval=1 ! fakesink")
         #expect(run.error == nil)
         #expect(run.elementMessages.first { $0["name"] == "matanyone-stats" }?["engine"] == "matanyone2")
     }

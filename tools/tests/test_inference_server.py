@@ -33,8 +33,9 @@ FRAMES = data_dir() / 'test-sample2-512x288.bgra'
 
 
 def element(server: str | None = None, **properties) -> str:
-    settings = {'model-dir': models_dir(), 'engine': 'matanyone2', 'seed': 'mask', 'seed-mask': MASK, 'working-size': 144,
-                'stats-interval': 1}
+    # fp32 in both places: the server runs the fp32 set, and precision=auto may pick bf16 in-process.
+    settings = {'model-dir': models_dir(), 'engine': 'matanyone2', 'precision': 'fp32', 'seed': 'mask', 'seed-mask': MASK,
+                'working-size': 144, 'stats-interval': 1}
     if server:
         settings['inference-server'] = server
     settings.update({key.replace('_', '-'): value for key, value in properties.items()})
