@@ -37,7 +37,9 @@ while let argument = arguments.next() {
     case "--mask-height": maskHeight = Int(value) ?? 0
     case "--reps": reps = Int(value) ?? 0
     case "--steps": only = Set(value.split(separator: ",").map(String.init))
-    case "--matte": soft = value == "soft"
+    case "--matte":
+        guard value == "edge" || value == "soft" else { fail("--matte takes edge or soft") }
+        soft = value == "soft"
     default: fail("unknown option \(argument)")
     }
 }
