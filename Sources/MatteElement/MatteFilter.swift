@@ -215,8 +215,9 @@ final class MatteFilter {
         parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
         parameters.watch.patience = Int(settings.watchPatience)
         parameters.noPersonAlpha = UInt8(settings.noPersonAlpha)
-        let automatic = settings.precision.set == nil ? AutoPrecision.choose(options) : nil
-        options.precision = settings.precision.set ?? automatic!.precision
+        // (The segmenter has one precision: auto has nothing to choose for it.)
+        let automatic = settings.precision.set == nil && settings.engine != .segmenter ? AutoPrecision.choose(options) : nil
+        options.precision = settings.precision.set ?? automatic?.precision ?? .fp32
         if let automatic { DebugLog.log(GST_LEVEL_INFO, handle, "precision=auto: \(automatic.reason)") }
         let make = { (options: EngineOptions) in
             try MatteEngine.makeEngine(settings.engine, options: options, parameters: parameters,
@@ -227,11 +228,13 @@ final class MatteFilter {
         do {
             engine = try make(options)
         } catch where automatic?.precision == .bf16 {
-            // What auto chose failed to load: fp32 still runs (a warning says why, the stats say fp32).
-            ErrorMapping.postWarning("precision=auto chose bf16, which failed to load (\(EngineError.classify(error, during: .starting).description)); "
-                                     + "running fp32 instead (precision=fp32 skips the attempt)", on: handle)
+            // What auto chose failed: fp32 runs if it can (then a warning says why bf16 did not, and the
+            // stats say fp32); if fp32 fails too, its error is the one posted (the fault is not bf16's).
+            let bf16Error = EngineError.classify(error, during: .starting).description
             options.precision = .fp32
             engine = try make(options)
+            ErrorMapping.postWarning("precision=auto chose bf16, which failed to load (\(bf16Error)); running fp32 instead "
+                                     + "(precision=fp32 skips the attempt)", on: handle)
         }
         return engineWrap.withLock { $0 }.map { $0(engine) } ?? engine
     }

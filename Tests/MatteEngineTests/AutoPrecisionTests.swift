@@ -3,8 +3,9 @@ import Testing
 @testable import MatteEngine
 import TestPaths
 
-/// precision=auto: bf16 only where every condition holds (a CPU that computes bf16 faster than fp32,
-/// the bf16 set, the OpenVINO build, MatAnyone2 on this CPU), fp32 elsewhere with the reason. CPUs
+/// precision=auto: bf16 only where every condition holds (a CPU measured to compute bf16 faster than
+/// fp32, the bf16 set, the OpenVINO build, MatAnyone2 on this CPU), fp32 elsewhere with the reason; a
+/// model-dir that is one set runs that set. CPUs
 /// simulated from cpuinfo text, as in Bf16Tests; model folders made in scratch.
 struct AutoPrecisionTests {
     /// A model folder with the fp32 set and, when asked, a bf16 set (manifests only: nothing loads).
@@ -17,13 +18,19 @@ struct AutoPrecisionTests {
         return directory
     }
 
-    static func choose(_ cpu: CpuFeatures, modelDir: String, provider: ExecutionProvider = .cpu, runtimeLibrary: String = "",
-                       server: Bool = false) -> AutoPrecision.Choice {
+    static func options(_ cpu: CpuFeatures, modelDir: String, provider: ExecutionProvider = .cpu, runtimeLibrary: String = "",
+                        server: Bool = false) -> EngineOptions {
         var options = EngineOptions(modelDir: modelDir, runtimeLibrary: runtimeLibrary)
         options.cpuFeatures = cpu
         options.session.provider = provider
         if server { options.server = ServerOptions(url: "http://127.0.0.1:1") }
-        return AutoPrecision.choose(options)
+        return options
+    }
+
+    static func choose(_ cpu: CpuFeatures, modelDir: String, provider: ExecutionProvider = .cpu, runtimeLibrary: String = "",
+                       server: Bool = false) -> AutoPrecision.Choice {
+        AutoPrecision.choose(options(cpu, modelDir: modelDir, provider: provider, runtimeLibrary: runtimeLibrary, server: server),
+                             environment: [:])
     }
 
     @Test func bf16OnlyWhereItPays() throws {
@@ -33,16 +40,22 @@ struct AutoPrecisionTests {
         let zen4 = Self.choose(Bf16Tests.zen4, modelDir: withSet)
         #expect(zen4.precision == (openvino ? .bf16 : .fp32), "\(zen4.reason)")
         #expect(zen4.reason.contains(openvino ? "avx512_bf16" : OnnxRuntime.openvinoLibraryPath), "\(zen4.reason)")
-        let amx = Self.choose(Bf16Tests.intelAmx, modelDir: withSet)
-        #expect(amx.precision == zen4.precision, "\(amx.reason)")
+        // A model-dir that is one set runs that set, whatever the CPU.
+        for (set, precision) in [("matanyone2", ModelPrecision.fp32), ("matanyone2-int8", .int8)] {
+            let named = Self.choose(Bf16Tests.zen4, modelDir: TestPaths.modelDir + "/" + set)
+            #expect(named.precision == precision && named.reason.contains("model-dir is one set"), "\(named.reason)")
+        }
         // Each missing condition: fp32, and the sentence says which.
         let cases: [(AutoPrecision.Choice, String)] = [
             (Self.choose(Bf16Tests.avx2Only, modelDir: withSet), "does not compute bf16"),
             (Self.choose(Bf16Tests.intelNoAmx, modelDir: withSet), "slower than fp32"),
+            (Self.choose(Bf16Tests.intelAmx, modelDir: withSet), "AMX is not measured"),
             (Self.choose(Bf16Tests.zen4, modelDir: withoutSet), "no bf16 set at \(withoutSet)/matanyone2-bf16"),
             (Self.choose(Bf16Tests.zen4, modelDir: withSet, provider: .cuda), "execution-provider=cuda"),
             (Self.choose(Bf16Tests.zen4, modelDir: withSet, runtimeLibrary: "/opt/ort/libonnxruntime.so"), "runtime-library"),
             (Self.choose(Bf16Tests.zen4, modelDir: withSet, server: true), "inference server"),
+            (AutoPrecision.choose(Self.options(Bf16Tests.zen4, modelDir: withSet),
+                                  environment: ["MATANYONE_ONNXRUNTIME": "/opt/ort/libonnxruntime.so"]), "MATANYONE_ONNXRUNTIME"),
         ]
         for (choice, why) in cases {
             #expect(choice.precision == .fp32 && choice.reason.hasPrefix("fp32: ") && choice.reason.contains(why), "\(choice.reason)")

@@ -1,11 +1,11 @@
 import Foundation
 
 /// What `precision=auto` (the element's default) runs: bf16 where it pays, fp32 elsewhere, and why.
-/// bf16 needs a CPU that computes it and gains there (AMD Zen 4 and later: 1.48-1.51x over fp32,
-/// measured with `scripts/bench.sh --precision bf16`; Intel's AVX512_BF16 without AMX ran 1.17-1.29x
-/// slower, so fp32 there), the bf16 set in the model folder (tools/matanyone2/bf16.py makes it) and
-/// ONNX Runtime's OpenVINO build (set-up installs it). Anything else, or MatAnyone2 elsewhere (an
-/// inference server, a GPU), runs fp32.
+/// bf16 needs a CPU that computes it and measured a gain there (AMD Zen 4 and later: 1.48-1.51x over
+/// fp32 with `scripts/bench.sh --precision bf16`; Intel's AVX512_BF16 without AMX ran 1.17-1.29x
+/// slower; AMX is not measured yet), the bf16 set in the model folder (tools/matanyone2/bf16.py makes
+/// it) and ONNX Runtime's OpenVINO build (set-up installs it). Anything else, or MatAnyone2 elsewhere
+/// (an inference server, a GPU), runs fp32. A `model-dir` that is one set runs that set.
 public enum AutoPrecision {
     public struct Choice: Equatable, Sendable {
         public let precision: ModelPrecision
@@ -13,9 +13,16 @@ public enum AutoPrecision {
         public let reason: String
     }
 
-    public static func choose(_ options: EngineOptions) -> Choice {
+    public static func choose(_ options: EngineOptions,
+                              environment: [String: String] = ProcessInfo.processInfo.environment) -> Choice {
         func fp32(_ why: String) -> Choice { Choice(precision: .fp32, reason: "fp32: " + why) }
         if options.server != nil { return fp32("with an inference server, its repository decides the set") }
+        let set = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .bf16)
+        if set == ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .fp32) {
+            // model-dir is one set, not a folder of sets: the user named it, so it runs as it is.
+            let named = (try? ModelManifest.load(directory: set))?.precision ?? .fp32
+            return Choice(precision: named, reason: "\(named.rawValue): model-dir is one set (\(set)), of that precision")
+        }
         guard [.cpu, .openvino].contains(options.session.provider) else {
             return fp32("execution-provider=\(options.session.provider.rawValue) is not the CPU")
         }
@@ -24,13 +31,17 @@ public enum AutoPrecision {
         if cpu.bf16SlowerThanFp32 {
             return fp32("bf16 ran 1.17-1.29x slower than fp32 on Intel's AVX512_BF16 without AMX, which this CPU is")
         }
-        let set = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: .bf16)
+        guard cpu.vendor == "AuthenticAMD" else {
+            return fp32("bf16 on AMX is not measured yet (scripts/bench.sh --precision bf16 --no-upstream measures it; "
+                        + "precision=bf16 runs it)")
+        }
         guard ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .bf16) else {
             return fp32("this CPU computes bf16 (\(cpu.bf16.joined(separator: ", "))), but there is no bf16 set at \(set) "
-                        + "(tools/matanyone2/bf16.py makes it: README, \"bf16\")")
+                        + "(tools/matanyone2/bf16.py makes it: README, \"Bf16\")")
         }
-        guard options.runtimeLibrary.isEmpty else {
-            return fp32("runtime-library names the runtime, and bf16 runs on the OpenVINO build set-up installs")
+        guard options.runtimeLibrary.isEmpty, (environment["MATANYONE_ONNXRUNTIME"] ?? "").isEmpty else {
+            return fp32("runtime-library or MATANYONE_ONNXRUNTIME names the runtime, and bf16 runs on the OpenVINO build "
+                        + "set-up installs")
         }
         guard FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath) else {
             return fp32("ONNX Runtime's OpenVINO build, which bf16 runs on, is not installed at \(OnnxRuntime.openvinoLibraryPath)")
