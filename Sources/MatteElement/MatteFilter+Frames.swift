@@ -503,6 +503,7 @@ extension MatteFilter {
                 shim_structure_set_string(stats, "provider", engine.provider.rawValue)
             }
             shim_structure_set_string(stats, "data", engine.server != nil ? "server" : engine.dataOnDevice ? "device" : "host")
+            if !engine.placement.isEmpty { shim_structure_set_string(stats, "model-placement", engine.placement) }
         }
         if let server = report.server {
             // The server's share: the round trip, its own compute (its reply) and queue (its statistics).

@@ -177,7 +177,7 @@ final class MatteFilter {
     private func startEngine(_ settings: Settings) throws -> MattingEngine {
         let engine = try makeEngine(settings)
         DebugLog.log(GST_LEVEL_INFO, handle, "started engine \(engine.kind.rawValue) (\(engine.precision.rawValue)) "
-                     + "on \(engine.provider.rawValue)")
+                     + "on \(engine.provider.rawValue)" + (engine.placement.isEmpty ? "" : " (\(engine.placement))"))
         if let note = engine.providerNote {
             ErrorMapping.postWarning(note, on: handle)
         }
@@ -190,6 +190,7 @@ final class MatteFilter {
         options.session.provider = settings.executionProvider
         options.session.device = Int(settings.gpuDevice)
         options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
+        options.placement = try ModelPlacement.parse(settings.modelPlacement)
         if !settings.inferenceServer.isEmpty {
             var server = ServerOptions(url: settings.inferenceServer)
             server.model = settings.serverModel

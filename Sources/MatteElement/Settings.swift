@@ -214,6 +214,8 @@ struct Settings: Equatable {
     var warmup = UInt32(engineDefaults.warmup)
     var workingSize: UInt32 = 288
     var precision = PrecisionChoice.auto
+    /// MatAnyone2: models run elsewhere than the rest of the set (`ModelPlacement`); empty: the set's own.
+    var modelPlacement = ""
     /// Upstream silence (ms of stream time) after which the track starts over (GapRule); 0: every
     /// DISCONT does. 2 s: longer than a network hiccup or a leaky queue's drops, shorter than a
     /// pause after which the scene has usually changed.
@@ -389,6 +391,11 @@ struct PropertyDeclaration {
                   + "(0 = the frame's own size)", \.workingSize, 0...4096, .ready),
         .enumeration("precision", "Precision", "MatAnyone2: which model set to run (auto: bf16 where it pays, else fp32); int8, fp16 and bf16 must be made first (see the README)",
                      \.precision, .ready),
+        .string("model-placement", "Model placement",
+                "MatAnyone2: run named models elsewhere than the rest of the set, as MODEL=PLACEMENT,… (models: encoder, uncert, "
+                    + "readout, decoder, maskencoder, memframe; placements: fp32, bf16, cpu, openvino, cuda, tensorrt), e.g. "
+                    + "encoder=bf16 or decoder=fp32; empty: the set's own (the stats' model-placement says what ran)",
+                \.modelPlacement, .ready),
         .uint("reset-after-gap", "Reset after gap",
               "Start the track over when upstream is silent for this many ms of stream time (0: on every DISCONT "
                   + "buffer); shorter gaps, QoS drops and time the element itself spent keep the track", \.resetAfterGap,

@@ -29,7 +29,14 @@ public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameter
             || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision)
             || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .fp32)
     }
-    guard useMatAnyone2 else { return try SegmenterEngine(options: options) }
+    guard useMatAnyone2 else {
+        guard options.placement.isEmpty else {
+            throw EngineError.badSettings(detail: "model-placement places MatAnyone2's models, and the engine is the segmenter"
+                                          + (choice == .auto ? " (engine=auto found no MatAnyone2 set in \(options.modelDir))" : "")
+                                          + ": clear model-placement, or run engine=matanyone2")
+        }
+        return try SegmenterEngine(options: options)
+    }
     return try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: workingShortSide, seed: try seed())
 }
 
@@ -61,6 +68,8 @@ public struct EngineOptions: Equatable, Sendable {
     public var cpuFeatures = CpuFeatures.current
     /// MatAnyone2's networks on an inference server instead of in this process (nil: here).
     public var server: ServerOptions?
+    /// MatAnyone2: models run elsewhere than the rest of the set (`ModelPlacement.parse`); empty: the set's own.
+    public var placement: [String: ModelPlacement] = [:]
     public init(modelDir: String = ModelLocations.defaultModelDir, runtimeLibrary: String = "",
                 session: SessionConfig = SessionConfig(), precision: ModelPrecision = .fp32,
                 memoryBudget: Int = MemoryBudget.default) {
@@ -132,6 +141,9 @@ public protocol MattingEngine: AnyObject {
     var dataOnDevice: Bool { get }
     /// The inference server the models run on (its address), nil when they run in this process.
     var server: String? { get }
+    /// Where each model runs, `name=place` in the engine's order (place: bf16, or the provider in
+    /// fp32); empty for a single model or a server.
+    var placement: String { get }
     /// Forgets all temporal state (a new stream, a seek, new caps).
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).
@@ -149,6 +161,7 @@ extension MattingEngine {
     public var precision: ModelPrecision { .fp32 }
     public var dataOnDevice: Bool { false }
     public var server: String? { nil }
+    public var placement: String { "" }
 
     /// Stateless engines have nothing to seed.
     public func reseed(_ source: SeedSource?) {}

@@ -260,6 +260,29 @@ import TestPaths
         }
     }
 
+    /// model-placement through the element: the stats say where each model ran; a placement it cannot
+    /// read, or one with the segmenter, is LIBRARY/SETTINGS naming what it takes.
+    @Test func modelPlacementRunsWhereItSaysElseIsASettingsError() throws {
+        let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) model-placement=\"encoder=openvino, memframe=cpu\" "
+                              + "warmup=0 stats-interval=1 ! fakesink")
+        #expect(run.error == nil, "\(String(describing: run.error))")
+        // (Serialised, the string is quoted with its "=" and "," escaped.)
+        let placements = run.elementMessages.filter { $0["name"] == "matanyone-stats" }.map {
+            ($0["model-placement"] ?? "").replacingOccurrences(of: "\\", with: "").trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        }
+        #expect(!placements.isEmpty && placements.allSatisfy {
+            $0 == "encoder=openvino,uncert=cpu,readout=cpu,decoder=cpu,maskencoder=cpu,memframe=cpu"
+        }, "\(placements.first ?? "")")
+        for (placement, engine, says) in [("encoder=gpu", "matanyone2", "'gpu'"), ("encoder=", "matanyone2", "MODEL=PLACEMENT"),
+                                          ("encoder=cpu", "segmenter", "the engine is the segmenter")] {
+            let refused = runPipeline("\(realFrames) ! matanyone engine=\(engine) model-dir=\"\(TestPaths.modelDir)\" "
+                                      + "model-placement=\"\(placement)\" ! fakesink")
+            let error = try #require(refused.error, "\(placement) with \(engine)")
+            #expect(error.domain == "gst-library-error-quark" && error.code == Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
+            #expect(error.message.contains("model-placement") && error.message.contains(says), "\(error.message)")
+        }
+    }
+
     @Test func bf16WithAGpuProviderIsASettingsError() throws {
         let run = runPipeline("\(realFrames) ! \(element) precision=bf16 execution-provider=cuda ! fakesink")
         let error = try #require(run.error)

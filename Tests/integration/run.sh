@@ -23,7 +23,7 @@ inspect_lists_everything() {
     local text; text="$(gst-inspect-1.0 matanyone)" || return 1
     for word in "Filter/Effect/Video" "SINK template" "SRC template" "GRAY8" "RGBA" "BGRA" output background \
                 background-color alpha-mode gray-range model-dir engine stats-interval runtime-library threads execution-provider gpu-device \
-                inference-server server-timeout server-shared-memory \
+                inference-server server-timeout server-shared-memory model-placement \
                 "License                  LGPL"; do
         grep -q -- "$word" <<<"$text" || { echo "gst-inspect-1.0 matanyone lacks '$word'"; return 1; }
     done

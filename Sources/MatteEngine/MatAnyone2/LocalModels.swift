@@ -12,10 +12,14 @@ struct LocalModels {
     let memoryBudget: Int
     /// Why execution-provider=auto runs on the CPU, or why bf16 may be slow here.
     let providerNote: String?
+    /// Where each model runs (`MattingEngine.placement`).
+    let placement: String
 
     init(options: EngineOptions, parameters: MatAnyone2Parameters) throws {
-        // bf16's prerequisites (the CPU, the provider, the OpenVINO build) are settings to change, said first.
-        let bf16Runtime = options.precision == .bf16 ? try LocalModels.openBf16Runtime(options) : nil
+        // bf16's and model-placement's prerequisites (the CPU, the provider, the OpenVINO build) are
+        // settings to change, said first.
+        try LocalModels.checkPlacement(options)
+        let openVinoRuntime = try LocalModels.openOpenVinoRuntime(options)
         directory = ModelLocations.matAnyone2Dir(modelDir: options.modelDir, precision: options.precision)
         if let maker = options.precision.maker,
            !ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision) {
@@ -39,7 +43,9 @@ struct LocalModels {
             throw EngineError.modelInvalid(path: directory + "/manifest.json",
                                            detail: "this engine needs a model set exported with dynamic sizes")
         }
-        let runtime = try bf16Runtime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
+        // (A model placed on a GPU needs the GPU build of the runtime, which the CPU provider is part of.)
+        let runtimeFor = options.placement.values.contains(where: \.onGpu) ? ExecutionProvider.cuda : options.session.provider
+        let runtime = try openVinoRuntime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: runtimeFor)
         var choice = try runtime.choose(options.precision == .bf16 ? .cpu : options.session.provider, device: options.session.device)
         let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
         let sessions = try runtime.open(&choice) { provider in
@@ -47,11 +53,16 @@ struct LocalModels {
             config.provider = provider
             var sessions: [String: Session] = [:]
             for name in MatAnyone2Core.modelNames {
-                sessions[name] = try manifest.openSession(name, directory: directory, runtime: runtime, config: config)
+                sessions[name] = try manifest.openSession(name, directory: directory, runtime: runtime, config: config,
+                                                          placement: options.placement[name])
             }
             return sessions
         }
         self.sessions = sessions
+        placement = MatAnyone2Core.modelNames.map { name in
+            let session = sessions[name]!
+            return "\(name)=" + (session.bf16 ? "bf16" : session.provider.rawValue)
+        }.joined(separator: ",")
         providerNote = choice.fallbackReason ?? (options.precision == .bf16 && options.cpuFeatures.bf16SlowerThanFp32
             ? "precision=bf16 on this CPU (\(options.cpuFeatures.modelName)): Intel's AVX512_BF16 without AMX ran MatAnyone2 "
                 + "1.17-1.29x slower than fp32 a frame where measured (scripts/bench.sh --precision bf16 measures it here); "
@@ -65,7 +76,15 @@ struct LocalModels {
         // that only the frame goes up and the alpha comes down.
         let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
         // (OpenVINO runs on the host's memory: the host path, which Swift does fastest there.)
-        let onDevice = options.dataPlacement == .device || (options.dataPlacement == .automatic && [.cuda, .tensorrt].contains(provider))
+        // A model placed elsewhere reads and writes host memory, so then the data stays on the host.
+        let elsewhere = sessions.values.sorted(by: { $0.name < $1.name }).first(where: { $0.provider != provider })
+        if options.dataPlacement == .device, [.cuda, .tensorrt].contains(provider), let elsewhere {
+            throw EngineError.badSettings(detail: "model-placement puts \(elsewhere.name) on \(elsewhere.provider.rawValue), and the "
+                                          + "data was asked to stay in \(provider.rawValue)'s memory between models: place every model "
+                                          + "on \(provider.rawValue), or keep the data on the host")
+        }
+        let onDevice = options.dataPlacement == .device
+            || (options.dataPlacement == .automatic && [.cuda, .tensorrt].contains(provider) && elsewhere == nil)
         if onDevice {
             var config = options.session
             // TensorRT would build an engine for every shape of these tiny graphs (the bank grows frame by
@@ -91,27 +110,67 @@ struct LocalModels {
         return LocalTracks(cores: built)
     }
 
-    /// precision=bf16 runs on CPUs that compute bf16, through OpenVINO on the CPU, from a runtime that has
-    /// it: runtime-library when set, else the OpenVINO build set-up installs (never the plain CPU build,
-    /// which has no bf16 path).
-    static func openBf16Runtime(_ options: EngineOptions) throws -> OnnxRuntime {
-        if let problem = options.cpuFeatures.bf16Problem { throw EngineError.badSettings(detail: problem) }
+    /// What `model-placement` asks that the set or the run cannot give, as a settings error. A bf16 or
+    /// fp32 placement reruns the set's fp32 file another way, so the set must hold fp32 files (fp32 and
+    /// bf16 do); OpenVINO and the GPU providers come from different builds of the runtime.
+    static func checkPlacement(_ options: EngineOptions) throws {
+        let placement = options.placement
+        guard !placement.isEmpty else { return }
+        let described = ModelPlacement.describe(placement)
+        if ![.fp32, .bf16].contains(options.precision),
+           let name = ModelPlacement.modelNames.first(where: { [.fp32, .bf16].contains(placement[$0]) }) {
+            throw EngineError.badSettings(detail: "model-placement \(name)=\(placement[name]!.rawValue) runs the model's fp32 file, and "
+                                          + "precision=\(options.precision.rawValue)'s set holds \(options.precision.rawValue) files: "
+                                          + "use precision=fp32, bf16 or auto with it, or place \(name) on a provider (cpu, openvino, cuda, tensorrt)")
+        }
+        let openVino = options.precision == .bf16 || placement.values.contains(where: \.needsOpenVino)
+        if openVino, let name = ModelPlacement.modelNames.first(where: { placement[$0]?.onGpu == true }) {
+            throw EngineError.badSettings(detail: "model-placement \(described) mixes a GPU (\(name)) with OpenVINO"
+                                          + (options.precision == .bf16 ? " (precision=bf16 runs through OpenVINO)" : "")
+                                          + ", which come from different builds of ONNX Runtime: one process loads one")
+        }
+    }
+
+    /// precision=bf16, and a model placed in bf16 or on OpenVINO, run through OpenVINO on the CPU, from a
+    /// runtime that has it: runtime-library when set, else the OpenVINO build set-up installs (never the
+    /// plain CPU build, which has no bf16 path). bf16 needs a CPU that computes it. nil: not needed.
+    static func openOpenVinoRuntime(_ options: EngineOptions) throws -> OnnxRuntime? {
+        let placedBf16 = ModelPlacement.modelNames.filter { options.placement[$0] == .bf16 }
+        let placedOpenVino = ModelPlacement.modelNames.filter { options.placement[$0]?.needsOpenVino == true }
+        // What asked for OpenVINO, as the messages name it.
+        let asking: String
+        if options.precision == .bf16 {
+            asking = "precision=bf16"
+        } else if !placedOpenVino.isEmpty {
+            asking = "model-placement " + ModelPlacement.describe(options.placement.filter { $0.value.needsOpenVino })
+        } else {
+            return nil
+        }
+        if let problem = options.cpuFeatures.bf16Problem {
+            if options.precision == .bf16 { throw EngineError.badSettings(detail: problem) }
+            if !placedBf16.isEmpty {
+                throw EngineError.badSettings(detail: "\(asking): bf16 needs a CPU that computes it (AVX512_BF16 or AMX-BF16), and "
+                                              + "this one (\(options.cpuFeatures.modelName)) would only emulate it, slower than fp32: "
+                                              + "place \(placedBf16.joined(separator: ", ")) on cpu or openvino (fp32)")
+            }
+        }
         guard [.cpu, .auto, .openvino].contains(options.session.provider) else {
-            throw EngineError.badSettings(detail: "precision=bf16 is CPU arithmetic (OpenVINO on the CPU) and cannot run with "
-                                              + "execution-provider=\(options.session.provider.rawValue): on a GPU use precision=fp16, "
-                                              + "or set execution-provider=cpu")
+            throw EngineError.badSettings(detail: "\(asking) is CPU arithmetic (OpenVINO on the CPU) and cannot run with "
+                                              + "execution-provider=\(options.session.provider.rawValue): "
+                                              + (options.precision == .bf16 ? "on a GPU use precision=fp16, or set execution-provider=cpu"
+                                                 : "place \(placedOpenVino.joined(separator: ", ")) on cpu or cuda, or set execution-provider=cpu"))
         }
         var path = options.runtimeLibrary
         if path.isEmpty {
             path = OnnxRuntime.openvinoLibraryPath
             guard FileManager.default.fileExists(atPath: path) else {
-                throw EngineError.runtimeUnavailable(detail: "precision=bf16 runs through ONNX Runtime's OpenVINO build, which is "
+                throw EngineError.runtimeUnavailable(detail: "\(asking) runs through ONNX Runtime's OpenVINO build, which is "
                                                          + "not installed at \(path). " + setupHint)
             }
         }
         let runtime = try OnnxRuntime.shared(explicitPath: path)
         guard runtime.availableProviders().contains(ExecutionProvider.openvino.ortName) else {
-            throw EngineError.badSettings(detail: "precision=bf16 runs through OpenVINO, and the ONNX Runtime at \(runtime.libraryPath) "
+            throw EngineError.badSettings(detail: "\(asking) runs through OpenVINO, and the ONNX Runtime at \(runtime.libraryPath) "
                                               + "has no OpenVINO execution provider: leave runtime-library empty (scripts/setup.sh "
                                               + "installs the OpenVINO build into \(OnnxRuntime.openvinoLibraryPath)), or name that build")
         }

@@ -68,6 +68,10 @@ public final class MatAnyone2Engine: MattingEngine {
                 throw EngineError.badSettings(detail: "precision=\(options.precision.rawValue) chooses the model set run in this process; "
                                               + "with inference-server the server's repository decides (leave precision=auto, or set fp32)")
             }
+            guard options.placement.isEmpty else {
+                throw EngineError.badSettings(detail: "model-placement places models in this process; with inference-server the "
+                                              + "server runs them where its repository says: clear model-placement")
+            }
             home = .server(try StepClient(options: server, parameters: parameters))
             directory = server.url
             providerNote = nil
@@ -87,6 +91,7 @@ public final class MatAnyone2Engine: MattingEngine {
         // by one, so unsmoothed.
         var seeding = options
         seeding.temporalSmoothing = 0
+        seeding.placement = [:]
         if case .automatic = seed {
             segmenter = try SegmenterEngine(options: seeding)
         } else {
@@ -134,6 +139,7 @@ public final class MatAnyone2Engine: MattingEngine {
     var tensorsOnDevice: Bool { localTracks?.cores[0].onDevice ?? false }
     /// Each model's provider (tests: a bf16 set runs some on OpenVINO, the rest on the CPU provider).
     var providers: [String: ExecutionProvider] { local?.sessions.mapValues(\.provider) ?? [:] }
+    public var placement: String { local?.placement ?? "" }
     /// Bytes the glue moved between host and device so far (tests; 0 on the host path).
     var glueBytesAcrossTheBus: Int { local?.deviceGraphs?.bytesAcrossTheBus ?? 0 }
     /// The host tensors the models of the current working size read or write (tests).

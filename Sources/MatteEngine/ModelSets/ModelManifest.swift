@@ -258,7 +258,9 @@ public struct ModelManifest: Decodable {
     /// Opens model `name` (its bytes read once, checked against the manifest's sha256 when it gives one)
     /// and checks its declared ports against the manifest, so a manifest and file that disagree fail at
     /// start, not on the first frame.
-    public func openSession(_ name: String, directory: String, runtime: OnnxRuntime, config: SessionConfig) throws -> Session {
+    /// `placement` (MatAnyone2's `model-placement`) overrides the set's own choice for this model.
+    public func openSession(_ name: String, directory: String, runtime: OnnxRuntime, config: SessionConfig,
+                            placement: ModelPlacement? = nil) throws -> Session {
         let model = models[name]!
         let file = try modelFile(name, directory: directory)
         let bytes: [UInt8]
@@ -277,8 +279,12 @@ public struct ModelManifest: Decodable {
         var config = config
         config.cacheDirectory = directory
         config.fp16 = precision == .fp16
-        config.bf16 = bf16Models.contains(name)
-        if config.bf16 { config.provider = .openvino }
+        config.bf16 = placement.map { $0 == .bf16 } ?? bf16Models.contains(name)
+        if let provider = placement?.provider {
+            config.provider = provider
+        } else if config.bf16 {
+            config.provider = .openvino
+        }
         let session = try Session(runtime: runtime, name: name, path: file, model: bytes, config: config)
         let declared = (model.inputs, model.outputs)
         for (ports, actual, kind) in [(declared.0, session.inputs, "input"), (declared.1, session.outputs, "output")] {

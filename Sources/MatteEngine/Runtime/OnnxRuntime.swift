@@ -448,6 +448,8 @@ public final class Session {
     public let provider: ExecutionProvider
     /// The GPU it runs on (CUDA/TensorRT).
     public let device: Int
+    /// OpenVINO runs it with bf16 arithmetic.
+    public let bf16: Bool
     let runtime: OnnxRuntime
     let handle: OpaquePointer
 
@@ -471,6 +473,7 @@ public final class Session {
         let provider = try runtime.choose(config.provider, device: config.device).provider
         device = config.device
         self.provider = provider
+        bf16 = config.bf16 && provider == .openvino
         EngineLog.write(.info, "opening model '\(name)' (\(path), \(model.count) bytes) on \(provider.rawValue)")
         switch provider {
         case .cuda:
