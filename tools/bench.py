@@ -3,6 +3,7 @@ on the same decoded frames at the same working size, in one run.
 
     scripts/bench.sh [--size 512x288] [--input-size 1920x1080] [--frames 60] [--engine matanyone2]
                      [--provider cpu] [--threads 0] [--precision fp32|int8|fp16|bf16] [--model-dir DIR]
+                     [--placement MODEL=PLACEMENT,…]
                      [--rounds 3] [--no-upstream] [--json FILE]
     scripts/bench.sh --soak 5000 [--size 256x144] [--json FILE]
 
@@ -27,6 +28,8 @@ With --precision int8, fp16 or bf16 the element runs that set, then once more wi
 frames (same provider), and the alpha's deviation from fp32 is reported (mean, p99, max |Δα| and IoU
 at 0.5; in the JSON as int8_deviation_from_fp32, fp16_... or bf16_deviation_from_fp32), with fp32's
 time per frame in that run and the ratio; the JSON names the CPU's bf16 arithmetic (cpu_bf16).
+--placement passes the element's model-placement (e.g. encoder=bf16) and compares with plain fp32 the
+same way, whatever the precision; the JSON records where each model ran (model_placement).
 """
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("MATANYONE_SHARED", ROOT.parent / "shared"))
 GMAC_512x288 = 35.1  # MatAnyone2 per frame at 512×288 (encoder 10.1, readout 4.2, decoder 13.1, mask encoder 7.7, rest)
 STAT_LINE = re.compile(r"matanyone-stats, (.*);")
-FIELD = re.compile(r"([\w-]+)=\((\w+)\)([^,]+)")
+# A value runs to the next comma, or is a quoted string (GStreamer quotes and backslash-escapes any
+# with characters such as "=" and ",": model-placement's).
+FIELD = re.compile(r'([\w-]+)=\((\w+)\)("(?:[^"\\]|\\.)*"|[^,]+)')
 REDUCED_PRECISIONS = ("int8", "fp16", "bf16")  # sets whose alpha the benchmark compares with fp32's
 
 
@@ -63,7 +68,8 @@ def parse_stats(text: str) -> list[dict]:
             continue
         row = {}
         for name, kind, value in FIELD.findall(match.group(1)):
-            value = value.strip().strip('"')
+            value = value.strip()
+            value = re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith('"') else value
             if kind in ("double", "float"):
                 row[name] = float(value)
             elif kind in ("guint64", "uint", "int", "gint64"):
@@ -246,9 +252,14 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
-def element_description(args, width: int, height: int, mask: Path, precision: str, stats_interval: int) -> str:
+def element_description(args, width: int, height: int, mask: Path, precision: str, stats_interval: int,
+                        placement: str | None = None) -> str:
+    """`placement`: the element's model-placement (None: --placement's)."""
     element = (f"matanyone engine={args.engine} working-size={min(width, height)} threads={args.threads} "
                f"execution-provider={args.provider} precision={precision} stats-interval={stats_interval}")
+    placement = args.placement if placement is None else placement
+    if placement:
+        element += f" model-placement={placement}"
     if args.model_dir:
         element += f" model-dir={args.model_dir}"
     if args.engine == "matanyone2":
@@ -278,9 +289,9 @@ def labelled_mask(person: np.ndarray, people: int) -> np.ndarray:
 
 
 def run_element(args, width: int, height: int, count: int, mask: Path, precision: str,
-                alpha_out: Path, composite: str = "") -> tuple[list[dict], float, int]:
+                alpha_out: Path, composite: str = "", placement: str | None = None) -> tuple[list[dict], float, int]:
     """`composite`: extra element properties for a BGRA composite output (else GRAY8 alpha)."""
-    element = element_description(args, width, height, mask, precision, 1) + (f" {composite}" if composite else "")
+    element = element_description(args, width, height, mask, precision, 1, placement) + (f" {composite}" if composite else "")
     output = "video/x-raw,format=BGRA ! fakesink" if composite else f"video/x-raw,format=GRAY8 ! filesink location={alpha_out}"
     in_width, in_height = args.input_width, args.input_height
     pipeline = (f"filesrc location={args.clip} ! decodebin ! videoconvert ! videoscale "
@@ -400,14 +411,15 @@ def deviation(test: Path, reference: Path, width: int, height: int, skip: int, c
 
 
 def precision_deviation(args, width: int, height: int, count: int, mask: Path, alpha: Path, work: Path) -> dict | None:
-    """For --precision int8, fp16 or bf16 (MatAnyone2): the element once more with fp32 on the same frames,
-    and the deviation of the reduced-precision alpha (already in `alpha`) from fp32's, with fp32's
-    time per frame in that run. None for fp32 or the segmenter."""
-    if args.precision not in REDUCED_PRECISIONS or args.engine != "matanyone2":
+    """For --precision int8, fp16 or bf16, or a --placement (MatAnyone2): the element once more with fp32
+    (no placement) on the same frames, and the deviation of the alpha (already in `alpha`) from fp32's,
+    with fp32's time per frame in that run. None for plain fp32 or the segmenter."""
+    if (args.precision not in REDUCED_PRECISIONS and not args.placement) or args.engine != "matanyone2":
         return None
-    print(f"running the element again with fp32 for the {args.precision} deviation …", flush=True)
+    what = " ".join(filter(None, [args.precision, args.placement]))
+    print(f"running the element again with fp32 for the deviation of {what} …", flush=True)
     reference = work / f"alpha-fp32-{width}x{height}.gray"
-    fp32_rows, _, _ = run_element(args, width, height, count, mask, "fp32", reference)
+    fp32_rows, _, _ = run_element(args, width, height, count, mask, "fp32", reference, placement="")
     result = deviation(alpha, reference, args.input_width, args.input_height, args.skip, count + 1)
     fp32_total = [r["total-ms"] for r in fp32_rows if r.get("frame", 0) > args.skip]
     result["fp32_total_ms_same_run"] = summary(fp32_total)
@@ -432,6 +444,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="fp32", choices=["fp32"] + list(REDUCED_PRECISIONS),
                         help="MatAnyone2 model set; int8 and fp16 also report their deviation from fp32")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
+    parser.add_argument("--placement", default="",
+                        help="the element's model-placement, e.g. encoder=bf16 (compared with plain fp32 on the same frames)")
     parser.add_argument("--composite", action="store_true",
                         help="also time background=color composites with edge-colors=estimated and original "
                              "(the cost of the halo-free edge colours per frame) and background=blur")
@@ -560,12 +574,15 @@ def main(argv=None) -> int:
     speedup = fp32_median / total_median if fp32_median else None  # over fp32 on the same frames, this run
     if precision_dev:
         d = precision_dev
-        label = f"{args.precision} vs fp32 alpha"
+        label = f"{args.precision}{' ' + args.placement if args.placement else ''} vs fp32 alpha"
         print(f"{label:21s}mean |Δα| {d['mean_abs']:.4f}, p99 {d['p99_abs']:.4f}, max {d['max_abs']:.4f}, "
               f"IoU@0.5 {d['iou_at_0.5']:.4f} ({d['frames']} frames)")
         if speedup:
             speed = f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
             print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {args.precision} is {speed}")
+    placed = next((r["model-placement"] for r in measured if "model-placement" in r), None)
+    if placed:
+        print(f"model placement      {placed}")
     if composite_ms:
         plain, estimated = composite_ms["original"]["median"], composite_ms["estimated"]["median"]
         print(f"composite at {args.input_width}×{args.input_height}  postprocess {plain:.1f} ms plain blending, "
@@ -588,6 +605,7 @@ def main(argv=None) -> int:
         "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
         "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
         "bf16_deviation_from_fp32": precision_dev if args.precision == "bf16" else None,
+        "placement": args.placement or None, "model_placement": placed, "deviation_from_fp32": precision_dev,
         "speedup_vs_fp32_same_run": speedup,
         "cpu_bf16": cpu["bf16"],
         "working_size": [width, height], "input_size": [args.input_width, args.input_height], "frames_measured": len(measured), "skipped": args.skip,

@@ -93,3 +93,14 @@ def test_matmul_model_without_onnx(monkeypatch):
     peak = ort_matmul_peak_gflops(1, n=96, runs=2)
     assert math.isfinite(peak) and peak > 0
 
+
+
+def test_parse_stats_reads_quoted_values_whole():
+    """A string GStreamer quotes (model-placement's commas and equals signs) is one value, unescaped;
+    the fields around it are read as before."""
+    from tools.bench import parse_stats
+    line = ('/GstPipeline:pipeline0/GstMatteFilter:matanyone0: matanyone-stats, frame=(guint64)7, '
+            'model-placement=(string)"encoder\\=bf16\\,uncert\\=cpu", total-ms=(double)412.5, seeded=(boolean)true, '
+            'engine=(string)matanyone2;')
+    assert parse_stats(line) == [{'frame': 7, 'model-placement': 'encoder=bf16,uncert=cpu', 'total-ms': 412.5,
+                                  'seeded': True, 'engine': 'matanyone2'}]
