@@ -340,6 +340,8 @@ def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignm
         element += f" threads={args.threads}"
     if engine == "matanyone2":
         element += f" seed=mask seed-mask={shlex.quote(str(mask))}"
+        if getattr(args, "placement", ""):
+            element += f" model-placement={shlex.quote(args.placement)}"
     return (f"{source_description(args)} ! {element} "
             f"! {caps} ! fpsdisplaysink name={SINK_BIN} "
             f'video-sink="fakesink name={SINK} sync=true max-lateness=20000000 qos=true" '
@@ -464,6 +466,7 @@ def main(argv=None) -> int:
     parser.add_argument("--element-p95-ms", type=float, help="also a target: the element's total-ms p95 at most this")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
     parser.add_argument("--threads", type=int, help="the element's threads (default: its own default)")
+    parser.add_argument("--placement", default="", help="MatAnyone2 runs: the element's model-placement, e.g. encoder=bf16")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "live.json")
     parser.add_argument("--commit", action="store_true", help="also write OUT_DIR/live-<engine>-<mode>.json")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench")
@@ -517,7 +520,8 @@ def main(argv=None) -> int:
     settings = {"duration_s": args.duration, "fps": args.fps, "input_size": list(args.input_size),
                 "working_size": list(args.working_size), "async_delay_ms": args.async_delay,
                 "model_dir": args.model_dir, "warmup_s": WARMUP_S, "source": args.source,
-                "clip": getattr(args, "clip_name", None), "element_p95_ms": args.element_p95_ms}
+                "clip": getattr(args, "clip_name", None), "element_p95_ms": args.element_p95_ms,
+                "placement": args.placement or None}
     common = {"machine": info, "cpu": cpu, "settings": settings, "date": time.strftime("%Y-%m-%d")}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({**common, "runs": runs}, indent=2))

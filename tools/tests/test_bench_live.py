@@ -190,6 +190,11 @@ def test_mode_properties_only_when_asked_for(mode, delay, present):
     assert 'num-buffers=450' in description and 'working-size=288' in description
     assert 'seed=' not in description
     assert 'seed=mask seed-mask=/m.png' in pipeline_description(args, 'matanyone2', mode, '/m.png')
+    assert 'model-placement' not in pipeline_description(args, 'matanyone2', mode, '/m.png')
+    # --placement reaches MatAnyone2 runs only (the segmenter refuses it).
+    args.placement = 'encoder=bf16,memframe=bf16'
+    assert ' model-placement=encoder=bf16,memframe=bf16' in pipeline_description(args, 'matanyone2', mode, '/m.png')
+    assert 'model-placement' not in pipeline_description(args, 'segmenter', mode, None)
 
 
 def test_clip_source_and_outputs_in_description():
