@@ -60,6 +60,24 @@ FIELD = re.compile(r'([\w-]+)=\((\w+)\)("(?:[^"\\]|\\.)*"|[^,]+)')
 REDUCED_PRECISIONS = ("int8", "fp16", "bf16")  # sets whose alpha the benchmark compares with fp32's
 
 
+def unquote(text: str) -> str:
+    """A string GStreamer quoted: a backslash escapes the next character, or gives a byte in octal
+    (\\ooo, for bytes outside printable ASCII: UTF-8 then)."""
+    out = bytearray()
+    index = 0
+    while index < len(text):
+        if text[index] == "\\" and re.fullmatch(r"[0-7]{3}", text[index + 1:index + 4]):
+            out.append(int(text[index + 1:index + 4], 8))
+            index += 4
+        elif text[index] == "\\" and index + 1 < len(text):
+            out += text[index + 1].encode()
+            index += 2
+        else:
+            out += text[index].encode()
+            index += 1
+    return out.decode("utf-8", errors="replace")
+
+
 def parse_stats(text: str) -> list[dict]:
     rows = []
     for line in text.splitlines():
@@ -69,7 +87,7 @@ def parse_stats(text: str) -> list[dict]:
         row = {}
         for name, kind, value in FIELD.findall(match.group(1)):
             value = value.strip()
-            value = re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith('"') else value
+            value = unquote(value[1:-1]) if value.startswith('"') else value
             if kind in ("double", "float"):
                 row[name] = float(value)
             elif kind in ("guint64", "uint", "int", "gint64"):
@@ -457,6 +475,7 @@ def main(argv=None) -> int:
                         help="alternating rounds of ours and upstream; each side's best round is reported")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "result.json")
     args = parser.parse_args(argv)
+    args.placement = "".join(args.placement.split())  # one gst-launch argument: no spaces
 
     if args.rounds < 1:
         sys.exit("bench: --rounds must be at least 1")
@@ -579,7 +598,8 @@ def main(argv=None) -> int:
               f"IoU@0.5 {d['iou_at_0.5']:.4f} ({d['frames']} frames)")
         if speedup:
             speed = f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
-            print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {args.precision} is {speed}")
+            what = f"{args.precision} {args.placement}" if args.placement else args.precision
+            print(f"fp32, same frames    {fp32_median:.0f} ms/frame median; {what} is {speed}")
     placed = next((r["model-placement"] for r in measured if "model-placement" in r), None)
     if placed:
         print(f"model placement      {placed}")
@@ -602,9 +622,9 @@ def main(argv=None) -> int:
     result = {
         "machine": machine(), "engine": args.engine, "provider": args.provider, "threads": args.threads,
         "precision": args.precision,
-        "int8_deviation_from_fp32": precision_dev if args.precision == "int8" else None,
-        "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" else None,
-        "bf16_deviation_from_fp32": precision_dev if args.precision == "bf16" else None,
+        "int8_deviation_from_fp32": precision_dev if args.precision == "int8" and not args.placement else None,
+        "fp16_deviation_from_fp32": precision_dev if args.precision == "fp16" and not args.placement else None,
+        "bf16_deviation_from_fp32": precision_dev if args.precision == "bf16" and not args.placement else None,
         "placement": args.placement or None, "model_placement": placed, "deviation_from_fp32": precision_dev,
         "speedup_vs_fp32_same_run": speedup,
         "cpu_bf16": cpu["bf16"],

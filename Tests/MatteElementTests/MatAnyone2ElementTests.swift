@@ -263,6 +263,8 @@ import TestPaths
     /// model-placement through the element: the stats say where each model ran; a placement it cannot
     /// read, or one with the segmenter, is LIBRARY/SETTINGS naming what it takes.
     @Test func modelPlacementRunsWhereItSaysElseIsASettingsError() throws {
+        try #require(FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath),
+                     "scripts/setup.sh installs the OpenVINO build on x86-64")
         let run = runPipeline("\(realFrames) ! identity eos-after=3 ! \(element) model-placement=\"encoder=openvino, memframe=cpu\" "
                               + "warmup=0 stats-interval=1 ! fakesink")
         #expect(run.error == nil, "\(String(describing: run.error))")

@@ -23,7 +23,7 @@ import TestPaths
     @Test func parsesPairsInAnyCaseAndSpacing() throws {
         #expect(try ModelPlacement.parse("").isEmpty)
         #expect(try ModelPlacement.parse("  ").isEmpty)
-        let placement = try ModelPlacement.parse(" memframe = CPU,encoder=bf16 ,decoder=fp32")
+        let placement = try ModelPlacement.parse(" memframe = CPU,Encoder=bf16 ,decoder=FP32\n")
         #expect(placement == ["memframe": .cpu, "encoder": .bf16, "decoder": .fp32])
         // Described in the set's order, as parse reads it back.
         #expect(ModelPlacement.describe(placement) == "encoder=bf16,decoder=fp32,memframe=cpu")
@@ -68,6 +68,8 @@ import TestPaths
         #expect(mixed.contains("mixes a GPU (encoder) with OpenVINO"), "\(mixed)")
         let bf16OnGpu = settingsError { try engine(.bf16, "encoder=cuda", cpu: Bf16Tests.zen4) } ?? ""
         #expect(bf16OnGpu.contains("precision=bf16 runs through OpenVINO"), "\(bf16OnGpu)")
+        let gpuBesideOpenVino = settingsError { try engine(.fp32, "encoder=cuda", provider: .openvino) } ?? ""
+        #expect(gpuBesideOpenVino.contains("mixes a GPU (encoder) with OpenVINO (execution-provider=openvino)"), "\(gpuBesideOpenVino)")
         let openVinoWithCuda = settingsError { try engine(.fp32, "uncert=openvino", provider: .cuda) } ?? ""
         #expect(openVinoWithCuda.contains("execution-provider=cuda") && openVinoWithCuda.contains("place uncert on cpu or cuda"),
                 "\(openVinoWithCuda)")
@@ -80,6 +82,45 @@ import TestPaths
                            seed: { .automatic })
         } ?? ""
         #expect(segmenter.contains("the engine is the segmenter"), "\(segmenter)")
+    }
+
+    /// precision=auto keeps fp32 when a model is placed on a GPU (bf16 runs on OpenVINO's build, which has
+    /// none), rather than choosing bf16 and failing.
+    @Test func autoPrecisionKeepsFp32BesideAGpuPlacement() throws {
+        var options = EngineOptions(modelDir: TestPaths.modelDir)
+        options.cpuFeatures = Bf16Tests.zen4
+        options.placement = ["encoder": .cuda]
+        let choice = AutoPrecision.choose(options, environment: [:])
+        #expect(choice.precision == .fp32 && choice.reason.contains("model-placement puts encoder on a GPU"), "\(choice.reason)")
+    }
+
+    /// A model placed on a GPU where the runtime has none: the placement is named, with what installs it
+    /// (where the GPU build is installed, it is the GPU's own readiness check that answers).
+    @Test func aGpuPlacementWithoutTheGpuBuildSaysSo() throws {
+        let detail: String
+        do {
+            _ = try engine(.fp32, "decoder=cuda")
+            detail = "it started"
+        } catch {
+            detail = "\(error)"
+        }
+        if !FileManager.default.fileExists(atPath: OnnxRuntime.gpuLibraryPath) {
+            #expect(detail.contains("model-placement decoder=cuda needs ONNX Runtime's GPU build") && detail.contains("--gpu"), "\(detail)")
+        } else {
+            #expect(detail == "it started" || detail.lowercased().contains("cuda"), "\(detail)")
+        }
+    }
+
+    /// execution-provider=auto with a model on OpenVINO: the rest runs on the CPU (that build has no GPU),
+    /// and a warning says so.
+    @Test func autoProviderBesideAnOpenVinoPlacementRunsTheRestOnTheCpuAndSaysSo() throws {
+        try #require(FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath),
+                     "scripts/setup.sh installs the OpenVINO build on x86-64")
+        let placed = try engine(.fp32, "uncert=openvino", provider: .auto)
+        #expect(placed.placement == "encoder=cpu,uncert=openvino,readout=cpu,decoder=cpu,maskencoder=cpu,memframe=cpu",
+                "\(placed.placement)")
+        #expect(placed.providerNote?.contains("execution-provider=auto runs MatAnyone2 on the CPU") == true,
+                "\(String(describing: placed.providerNote))")
     }
 
     private func alphas(_ engine: MatAnyone2Engine, frames: Int) throws -> [[Float]] {
@@ -103,6 +144,8 @@ import TestPaths
             #expect(refused.contains("bf16 needs a CPU that computes it"), "\(refused)")
             return
         }
+        try #require(ModelLocations.hasMatAnyone2Set(modelDir: TestPaths.modelDir, precision: .bf16),
+                     "scripts/test.sh makes the bf16 set where the CPU computes bf16")
         let byPlacement = try engine(.fp32, placed, mask: mask, maskSize: (Self.width, Self.height))
         let expected = MatAnyone2Core.modelNames.map { "\($0)=" + (bf16Set.bf16Models.contains($0) ? "bf16" : "cpu") }
         #expect(byPlacement.placement == expected.joined(separator: ","))
@@ -117,6 +160,8 @@ import TestPaths
     /// they run where placed and stay near the fp32 set on the CPU provider (different kernels, same
     /// arithmetic: differences at float rounding, not bf16's).
     @Test func fp32PlacementsStayNearFp32() throws {
+        try #require(FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath),
+                     "scripts/setup.sh installs the OpenVINO build on x86-64")
         let mask = try seedMask()
         let reference = try alphas(try engine(.fp32, "", mask: mask, maskSize: (Self.width, Self.height)), frames: 6)
         var cases = ["encoder=openvino"]

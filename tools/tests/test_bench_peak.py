@@ -104,3 +104,10 @@ def test_parse_stats_reads_quoted_values_whole():
             'engine=(string)matanyone2;')
     assert parse_stats(line) == [{'frame': 7, 'model-placement': 'encoder=bf16,uncert=cpu', 'total-ms': 412.5,
                                   'seeded': True, 'engine': 'matanyone2'}]
+
+
+def test_unquote_reads_gstreamer_escapes():
+    """Backslash before a character is that character; three octal digits are a byte (UTF-8)."""
+    from tools.bench import unquote
+    assert unquote('encoder\\=bf16\\,uncert\\=cpu') == 'encoder=bf16,uncert=cpu'
+    assert unquote('caf\\303\\251 \\"x\\" a\\\\b') == 'café "x" a\\b'

@@ -46,7 +46,25 @@ struct LocalModels {
         // (A model placed on a GPU needs the GPU build of the runtime, which the CPU provider is part of.)
         let runtimeFor = options.placement.values.contains(where: \.onGpu) ? ExecutionProvider.cuda : options.session.provider
         let runtime = try openVinoRuntime ?? OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: runtimeFor)
-        var choice = try runtime.choose(options.precision == .bf16 ? .cpu : options.session.provider, device: options.session.device)
+        // A model placed on a provider this runtime lacks is the placement's fault, said as such.
+        let available = runtime.availableProviders()
+        if let name = ModelPlacement.modelNames.first(where: { options.placement[$0]?.provider.map { !available.contains($0.ortName) } ?? false }) {
+            let placed = options.placement[name]!
+            throw EngineError.badSettings(detail: "model-placement \(name)=\(placed.rawValue) needs ONNX Runtime's "
+                                          + (placed.onGpu ? "GPU build (scripts/setup.sh --gpu installs it)" : "OpenVINO build")
+                                          + ", and the one at \(runtime.libraryPath) has \(available.joined(separator: ", "))")
+        }
+        // The rest of the set: bf16's on the CPU provider; with execution-provider=auto and OpenVINO loaded
+        // for a placement, on the CPU too, said in a warning (that build has no GPU provider).
+        var rest = options.precision == .bf16 ? ExecutionProvider.cpu : options.session.provider
+        var autoNote: String?
+        if openVinoRuntime != nil, rest == .auto {
+            rest = .cpu
+            autoNote = "execution-provider=auto runs MatAnyone2 on the CPU: model-placement \(ModelPlacement.describe(options.placement)) "
+                + "loads ONNX Runtime's OpenVINO build, which has no GPU provider (set execution-provider=cpu to say so, or "
+                + "place no model on openvino or bf16 to let auto take a GPU)"
+        }
+        var choice = try runtime.choose(rest, device: options.session.device)
         let (manifest, directory) = (manifest, directory)  // the closure must not capture a half-built self
         let sessions = try runtime.open(&choice) { provider in
             var config = options.session
@@ -63,10 +81,12 @@ struct LocalModels {
             let session = sessions[name]!
             return "\(name)=" + (session.bf16 ? "bf16" : session.provider.rawValue)
         }.joined(separator: ",")
-        providerNote = choice.fallbackReason ?? (options.precision == .bf16 && options.cpuFeatures.bf16SlowerThanFp32
-            ? "precision=bf16 on this CPU (\(options.cpuFeatures.modelName)): Intel's AVX512_BF16 without AMX ran MatAnyone2 "
+        let anyBf16 = sessions.values.contains(where: \.bf16)
+        providerNote = autoNote ?? choice.fallbackReason ?? (anyBf16 && options.cpuFeatures.bf16SlowerThanFp32
+            ? "\(options.precision == .bf16 ? "precision=bf16" : "model-placement's bf16") on this CPU "
+                + "(\(options.cpuFeatures.modelName)): Intel's AVX512_BF16 without AMX ran MatAnyone2 "
                 + "1.17-1.29x slower than fp32 a frame where measured (scripts/bench.sh --precision bf16 measures it here); "
-                + "precision=fp32 is likely faster" : nil)
+                + "fp32 is likely faster" : nil)
         memoryBudget = options.memoryBudget
         // The whole step schedule built once at the smallest size: a manifest whose shapes the glue
         // cannot use fails here, when the element starts, not at negotiation.
@@ -77,8 +97,10 @@ struct LocalModels {
         let provider = sessions[MatAnyone2Core.Model.encoder.rawValue]!.provider
         // (OpenVINO runs on the host's memory: the host path, which Swift does fastest there.)
         // A model placed elsewhere reads and writes host memory, so then the data stays on the host.
-        let elsewhere = sessions.values.sorted(by: { $0.name < $1.name }).first(where: { $0.provider != provider })
-        if options.dataPlacement == .device, [.cuda, .tensorrt].contains(provider), let elsewhere {
+        // (CUDA and TensorRT share the GPU's memory; the CPU and OpenVINO the host's.)
+        func onGpu(_ provider: ExecutionProvider) -> Bool { [.cuda, .tensorrt].contains(provider) }
+        let elsewhere = sessions.values.sorted(by: { $0.name < $1.name }).first(where: { onGpu($0.provider) != onGpu(provider) })
+        if options.dataPlacement == .device, onGpu(provider), let elsewhere {
             throw EngineError.badSettings(detail: "model-placement puts \(elsewhere.name) on \(elsewhere.provider.rawValue), and the "
                                           + "data was asked to stay in \(provider.rawValue)'s memory between models: place every model "
                                           + "on \(provider.rawValue), or keep the data on the host")
@@ -123,11 +145,13 @@ struct LocalModels {
                                           + "precision=\(options.precision.rawValue)'s set holds \(options.precision.rawValue) files: "
                                           + "use precision=fp32, bf16 or auto with it, or place \(name) on a provider (cpu, openvino, cuda, tensorrt)")
         }
-        let openVino = options.precision == .bf16 || placement.values.contains(where: \.needsOpenVino)
+        let openVino = options.precision == .bf16 || options.session.provider == .openvino
+            || placement.values.contains(where: \.needsOpenVino)
         if openVino, let name = ModelPlacement.modelNames.first(where: { placement[$0]?.onGpu == true }) {
             throw EngineError.badSettings(detail: "model-placement \(described) mixes a GPU (\(name)) with OpenVINO"
-                                          + (options.precision == .bf16 ? " (precision=bf16 runs through OpenVINO)" : "")
-                                          + ", which come from different builds of ONNX Runtime: one process loads one")
+                                          + (options.precision == .bf16 ? " (precision=bf16 runs through OpenVINO)"
+                                             : options.session.provider == .openvino ? " (execution-provider=openvino)" : "")
+                                          + ", which come from different builds of ONNX Runtime, and one engine's models run on one build")
         }
     }
 
@@ -149,8 +173,9 @@ struct LocalModels {
         if let problem = options.cpuFeatures.bf16Problem {
             if options.precision == .bf16 { throw EngineError.badSettings(detail: problem) }
             if !placedBf16.isEmpty {
+                let cpu = options.cpuFeatures.modelName.isEmpty ? "this one" : "this one (\(options.cpuFeatures.modelName))"
                 throw EngineError.badSettings(detail: "\(asking): bf16 needs a CPU that computes it (AVX512_BF16 or AMX-BF16), and "
-                                              + "this one (\(options.cpuFeatures.modelName)) would only emulate it, slower than fp32: "
+                                              + "\(cpu) would only emulate it, slower than fp32: "
                                               + "place \(placedBf16.joined(separator: ", ")) on cpu or openvino (fp32)")
             }
         }

@@ -23,6 +23,9 @@ public enum AutoPrecision {
             let named = (try? ModelManifest.load(directory: set))?.precision ?? .fp32
             return Choice(precision: named, reason: "\(named.rawValue): model-dir is one set (\(set)), of that precision")
         }
+        if let name = ModelPlacement.modelNames.first(where: { options.placement[$0]?.onGpu == true }) {
+            return fp32("model-placement puts \(name) on a GPU, which bf16 (OpenVINO on the CPU) cannot share a runtime with")
+        }
         guard [.cpu, .openvino].contains(options.session.provider) else {
             return fp32("execution-provider=\(options.session.provider.rawValue) is not the CPU")
         }

@@ -33,7 +33,7 @@ public enum ModelPlacement: String, CaseIterable, Sendable {
     /// MatAnyone2's models, as `model-placement` names them.
     public static var modelNames: [String] { MatAnyone2Core.modelNames }
 
-    /// `name=placement` pairs separated by commas (spaces around either are ignored; empty: none).
+    /// `name=placement` pairs separated by commas (in any case, spaces around either ignored; empty: none).
     /// Every fault is a settings error that names what is accepted.
     public static func parse(_ text: String) throws -> [String: ModelPlacement] {
         var placement: [String: ModelPlacement] = [:]
@@ -41,8 +41,8 @@ public enum ModelPlacement: String, CaseIterable, Sendable {
         let values = allCases.map(\.rawValue).joined(separator: ", ")
         for item in text.split(separator: ",", omittingEmptySubsequences: false) {
             let pair = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                .map { $0.trimmingCharacters(in: .whitespaces) }
-            if pair.count == 1, pair[0].isEmpty, text.trimmingCharacters(in: .whitespaces).isEmpty { break }
+                .map { $0.trimmingCharacters(in: .whitespacesAndNewlines).lowercased() }
+            if pair.count == 1, pair[0].isEmpty, text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty { break }
             guard pair.count == 2, !pair[0].isEmpty, !pair[1].isEmpty else {
                 throw EngineError.badSettings(detail: "model-placement \"\(text)\": '\(item)' is not MODEL=PLACEMENT "
                                               + "(e.g. encoder=bf16,memframe=cpu; models: \(names); placements: \(values))")
@@ -51,7 +51,7 @@ public enum ModelPlacement: String, CaseIterable, Sendable {
                 throw EngineError.badSettings(detail: "model-placement names '\(pair[0])', which is not one of MatAnyone2's "
                                               + "models: \(names)")
             }
-            guard let chosen = ModelPlacement(rawValue: pair[1].lowercased()) else {
+            guard let chosen = ModelPlacement(rawValue: pair[1]) else {
                 throw EngineError.badSettings(detail: "model-placement puts \(pair[0]) on '\(pair[1])', which is not a "
                                               + "placement: \(values)")
             }
