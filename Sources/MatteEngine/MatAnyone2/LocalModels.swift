@@ -98,15 +98,14 @@ struct LocalModels {
         // (OpenVINO runs on the host's memory: the host path, which Swift does fastest there.)
         // A model placed elsewhere reads and writes host memory, so then the data stays on the host.
         // (CUDA and TensorRT share the GPU's memory; the CPU and OpenVINO the host's.)
-        func onGpu(_ provider: ExecutionProvider) -> Bool { [.cuda, .tensorrt].contains(provider) }
-        let elsewhere = sessions.values.sorted(by: { $0.name < $1.name }).first(where: { onGpu($0.provider) != onGpu(provider) })
-        if options.dataPlacement == .device, onGpu(provider), let elsewhere {
+        let elsewhere = sessions.values.sorted(by: { $0.name < $1.name }).first(where: { $0.provider.isGpu != provider.isGpu })
+        if options.dataPlacement == .device, provider.isGpu, let elsewhere {
             throw EngineError.badSettings(detail: "model-placement puts \(elsewhere.name) on \(elsewhere.provider.rawValue), and the "
                                           + "data was asked to stay in \(provider.rawValue)'s memory between models: place every model "
                                           + "on \(provider.rawValue), or keep the data on the host")
         }
         let onDevice = options.dataPlacement == .device
-            || (options.dataPlacement == .automatic && [.cuda, .tensorrt].contains(provider) && elsewhere == nil)
+            || (options.dataPlacement == .automatic && provider.isGpu && elsewhere == nil)
         if onDevice {
             var config = options.session
             // TensorRT would build an engine for every shape of these tiny graphs (the bank grows frame by

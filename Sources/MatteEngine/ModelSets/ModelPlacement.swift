@@ -28,7 +28,7 @@ public enum ModelPlacement: String, CaseIterable, Sendable {
 
     /// Runs through ONNX Runtime's OpenVINO build.
     var needsOpenVino: Bool { provider == .openvino }
-    var onGpu: Bool { self == .cuda || self == .tensorrt }
+    var onGpu: Bool { provider?.isGpu ?? false }
 
     /// MatAnyone2's models, as `model-placement` names them.
     public static var modelNames: [String] { MatAnyone2Core.modelNames }

@@ -209,6 +209,9 @@ public enum ExecutionProvider: String, CaseIterable, Sendable {
     /// The best one the loaded runtime has (TensorRT, CUDA, OpenVINO), else CPU.
     case auto
 
+    /// An NVIDIA GPU's (CUDA and TensorRT share its memory).
+    var isGpu: Bool { self == .cuda || self == .tensorrt }
+
     var ortName: String {
         switch self {
         case .cpu: return "CPUExecutionProvider"
@@ -323,7 +326,7 @@ public final class Tensor {
         let api = runtime.api.pointee
         let count = try Tensor.checkedCount(shape, name: name)
         var memoryInfo: OpaquePointer?
-        let gpu = session.provider == .cuda || session.provider == .tensorrt
+        let gpu = session.provider.isGpu
         try session.check(api.CreateMemoryInfo(gpu ? "Cuda" : "Cpu", OrtArenaAllocator, gpu ? Int32(session.device) : 0,
                                                OrtMemTypeDefault, &memoryInfo), "CreateMemoryInfo")
         var allocator: UnsafeMutablePointer<OrtAllocator>?
