@@ -189,6 +189,13 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
     def field(name: str) -> list[float]:
         return [row[name] for row in rows if name in row]
 
+    def per_frame(name: str) -> float | None:
+        """A cumulative stats field's growth per frame processed over the window (None without it)."""
+        have = [row for row in rows if name in row and "frame" in row]
+        if len(have) < 2 or have[-1]["frame"] <= have[0]["frame"]:
+            return None
+        return (have[-1][name] - have[0][name]) / (have[-1]["frame"] - have[0]["frame"])
+
     lags = [1000 * (t - playing) - row["pts"] / 1e6 for t, row in stats
             if in_window(t) and playing is not None and "pts" in row]
 
@@ -227,6 +234,11 @@ def measure(text: str, warmup_s: float = WARMUP_S) -> dict:
         "carry_frames": summary(field("carry-frames")),
         "carry_pixels": summary(field("carry-pixels")),
         "inference_fps_median": summary(field("inference-fps"))["median"],
+        # The streaming thread's own time in the element per frame, and how long the streaming and
+        # release threads were held up by each other per frame (mean over the window, ms).
+        "streaming_ms_per_frame": per_frame("streaming-ms"),
+        "streaming_wait_ms_per_frame": per_frame("streaming-wait-ms"),
+        "release_wait_ms_per_frame": per_frame("release-wait-ms"),
         "latency_ms": summary([ms for t, ms in latencies if in_window(t)]),
         # How late past their render time the frames the sink dropped were (QoS jitter).
         "sink_drop_lateness_ms": summary([jitter for t, jitter, *_ in sink_qos if in_window(t)]),
@@ -441,6 +453,10 @@ def print_table(runs: list[dict]) -> None:
                 print(f"    element per frame {fmt(f['total_ms']['median'])} / {fmt(f['total_ms']['p95'])} ms (median / p95): "
                       f"pre {fmt(f['preprocess_ms']['median'])}, inference {fmt(f['inference_ms_median'])}, "
                       f"post {fmt(f['postprocess_ms']['median'])} ms (medians)")
+            if f.get("streaming_ms_per_frame") is not None:
+                print(f"    streaming thread {fmt(f['streaming_ms_per_frame'], '.2f')} ms a frame in the element; waits for each "
+                      f"other: streaming {fmt(f['streaming_wait_ms_per_frame'], '.3f')}, release "
+                      f"{fmt(f['release_wait_ms_per_frame'], '.3f')} ms a frame (means)")
             print(f"    seeds {f['seeds']}; first frame {fmt(f['first_frame_after_playing_s'], '.2f')} s after PLAYING "
                   f"({fmt(f['first_frame_after_launch_s'], '.2f')} s after launch); pts lag "
                   f"{fmt(f['pts_lag_ms']['median'], '.0f')} / {fmt(f['pts_lag_ms']['p95'], '.0f')} ms (median / p95)")
