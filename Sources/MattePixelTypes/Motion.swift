@@ -92,6 +92,20 @@ public protocol FlowEstimating: AnyObject {
     static func luma(of frame: BGRAImage, width: Int, height: Int) -> LumaPlane
 }
 
+/// One frame's motion back to the frame before it and the trust in it (nil for a first frame: the
+/// motion kept before it leads nowhere). Made by `estimate`, kept by `insert`.
+public struct MotionStep {
+    public let pts: UInt64
+    public let back: FlowField?
+    public let trust: [Float]?
+
+    public init(pts: UInt64, back: FlowField?, trust: [Float]?) {
+        self.pts = pts
+        self.back = back
+        self.trust = trust
+    }
+}
+
 /// A stale alpha carried along the motion (see MattePixels.MotionCarry).
 public protocol MotionCarrying: AnyObject {
     init(frameWidth: Int, frameHeight: Int, capacity: Int, flow: FlowParameters)
@@ -99,6 +113,8 @@ public protocol MotionCarrying: AnyObject {
     var rule: TrustRule { get set }
     func reset()
     func add(_ frame: BGRAImage, pts: UInt64)
+    func estimate(_ frame: BGRAImage, pts: UInt64) -> MotionStep
+    func insert(_ step: MotionStep)
     func follow(from: UInt64)
     func knows(from: UInt64, to: UInt64) -> Bool
     func carrySized(_ alpha: GrayView) -> [Float]

@@ -49,6 +49,17 @@ public final class MotionCarry {
     }
 
     /// Keeps the motion from the frame at `from` (whose alpha is coming) composed as frames are added.
+    /// The estimating half of `add` (the previous frame's luma only): see `insert`.
+    public func estimate(_ frame: BGRAImage, pts: UInt64) -> MotionStep {
+        let start = DispatchTime.now().uptimeNanoseconds
+        defer { lastMotionMs = Double(DispatchTime.now().uptimeNanoseconds - start) / 1_000_000 }
+        return kernel.estimate(frame, pts: pts)
+    }
+
+    /// The keeping half of `add`: a step from `estimate`, possibly of another `MotionCarry` (one
+    /// thread estimates, another carries).
+    public func insert(_ step: MotionStep) { kernel.insert(step) }
+
     public func follow(from: UInt64) { kernel.follow(from: from) }
 
     /// Whether the motion from the frame at `from` to the frame at `to` is known.

@@ -17,12 +17,7 @@ public final class MotionCarryKernel: MotionCarrying {
     public typealias Sizes = MotionSizes
     public typealias Carried = CarriedMotion
 
-    private struct Step {
-        let pts: UInt64
-        /// Motion from this frame back to the one before, and its trust (nil for the first frame).
-        let back: FlowField?
-        let trust: [Float]?
-    }
+    private typealias Step = MotionStep
 
     private struct Accumulated {
         let from: UInt64, to: UInt64
@@ -40,6 +35,7 @@ public final class MotionCarryKernel: MotionCarrying {
     /// The motion from each frame back to its predecessor (what the carry follows).
     private let backward: OpticalFlowKernel
     private var previous: LumaPlane?
+    private var previousPts: UInt64?
     private var steps: [Step] = []
     /// The composed motion from each alpha's frame that is carried or may soon be (`follow`), to the
     /// frame it was last carried to: extended by a step a frame, never rebuilt while followed.
@@ -68,28 +64,42 @@ public final class MotionCarryKernel: MotionCarrying {
     /// Forgets all motion (a new stream, a seek, a reset track).
     public func reset() {
         previous = nil
+        previousPts = nil
         steps.removeAll()
         accumulated.removeAll()
         followed.removeAll()
     }
 
     /// Adds a frame: its motion back to the frame added before it.
-    public func add(_ frame: BGRAImage, pts: UInt64) {
+    public func add(_ frame: BGRAImage, pts: UInt64) { insert(estimate(frame, pts: pts)) }
+
+    /// A frame's motion back to the frame estimated before it (the estimating half of `add`: it
+    /// touches only the previous frame's luma, so one thread may estimate while another carries).
+    public func estimate(_ frame: BGRAImage, pts: UInt64) -> MotionStep {
         precondition(frame.width == frameWidth && frame.height == frameHeight)
         let luma = LumaPlane(frame: frame, width: sizes.flowWidth, height: sizes.flowHeight)
         var step = Step(pts: pts, back: nil, trust: nil)
-        if let previous, steps.last.map({ $0.pts < pts }) ?? false {
+        if let previous, let previousPts, previousPts < pts {
             let back = backward.flow(from: luma, to: previous)
             step = Step(pts: pts, back: back, trust: MotionCarryKernel.trust(back: back, current: luma, previous: previous,
                                                                      tolerance: rule == .photometric ? lumaTolerance : .infinity))
-        } else {
+        }
+        previous = luma
+        previousPts = pts
+        return step
+    }
+
+    /// Keeps a frame's motion (the keeping half of `add`); a step without motion (a first frame,
+    /// time that went back) starts the motion kept over.
+    public func insert(_ step: MotionStep) {
+        if step.back == nil || !(steps.last.map { $0.pts < step.pts } ?? false) {
             steps.removeAll()  // (time went back: the old motion leads nowhere)
             accumulated.removeAll()
             followed.removeAll()
         }
+        let pts = step.pts
         steps.append(step)
         if steps.count > capacity { steps.removeFirst(steps.count - capacity) }
-        previous = luma
         // The alphas that will be carried get this frame's step now, one compose each: when one of
         // them arrives, its carry is ready (built from every step then, it was a spike of a few ms a
         // step on the streaming thread).
