@@ -1,3 +1,4 @@
+import CGStreamer
 import Foundation
 import MatteEngine
 import MattePixels
@@ -20,9 +21,11 @@ final class AsyncMatting {
         let report: FrameReport
     }
 
+    /// A frame handed over: the input buffer itself (a reference, mapped read-only when its turn
+    /// comes), not a copy of its pixels.
     private struct Frame {
-        let pixels: [UInt8]
-        let width: Int, height: Int
+        let buffer: OwnedBuffer
+        let info: GstVideoInfo
         let pts: UInt64
     }
 
@@ -87,18 +90,15 @@ final class AsyncMatting {
         condition.unlock()
     }
 
-    /// Hands the newest frame over (copied); a frame still waiting is dropped for it.
-    func submit(_ frame: BGRAImage, pts: UInt64) {
-        var pixels = [UInt8](repeating: 0, count: frame.width * frame.height * 4)
-        pixels.withUnsafeMutableBufferPointer { out in
-            for y in 0..<frame.height {
-                (out.baseAddress! + y * frame.width * 4).update(from: frame.base + y * frame.stride, count: frame.width * 4)
-            }
-        }
+    /// Hands the newest frame over (a reference to its buffer; `info` its caps); a frame still
+    /// waiting is dropped for it (its reference released outside the lock: a pool may take it back).
+    func submit(_ buffer: OwnedBuffer, info: GstVideoInfo, pts: UInt64) {
         condition.lock()
-        pending = Frame(pixels: pixels, width: frame.width, height: frame.height, pts: pts)
+        let dropped = pending
+        pending = Frame(buffer: buffer, info: info, pts: pts)
         condition.broadcast()
         condition.unlock()
+        withExtendedLifetime(dropped) {}
     }
 
     func reset() { enqueue(.reset, clearing: true) }
@@ -193,22 +193,22 @@ final class AsyncMatting {
 
     /// The alpha of `frame` (its plane, or the error the engine threw).
     private func matte(_ frame: Frame, engine: MattingEngine, report: inout FrameReport) -> ([UInt8], Error?) {
-        var plane = [UInt8](repeating: 0, count: frame.width * frame.height)
-        do {
-            report.clear()
-            try frame.pixels.withUnsafeBufferPointer { pixels in
+        let width = Int(frame.info.width), height = Int(frame.info.height)
+        var plane = [UInt8](repeating: 0, count: width * height)
+        report.clear()
+        let outcome = withMappedFrame(frame.buffer, info: frame.info) { input -> Error? in
+            do {
                 try plane.withUnsafeMutableBufferPointer { alpha in
-                    try engine.matte(BGRAImage(base: pixels.baseAddress!, width: frame.width, height: frame.height,
-                                               stride: frame.width * 4),
-                                     into: GrayImage(base: alpha.baseAddress!, width: frame.width, height: frame.height,
-                                                     stride: frame.width),
+                    try engine.matte(input.bgra, into: GrayImage(base: alpha.baseAddress!, width: width, height: height, stride: width),
                                      report: &report)
                 }
+                return nil
+            } catch {
+                return error
             }
-            return (plane, nil)
-        } catch {
-            return (plane, error)
         }
+        guard let outcome else { return (plane, ElementError.streamFormat("an input frame could not be mapped for inference")) }
+        return (plane, outcome)
     }
 
     private func work() {

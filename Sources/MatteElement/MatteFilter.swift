@@ -58,37 +58,60 @@ extension GstSegment {
     }
 }
 
+/// What predictive QoS needs to know of the pipeline: the latency it configured its sinks with
+/// (the LATENCY event on its way upstream, ns), whether it is live (the LATENCY query), and
+/// whether a sink downstream synchronises and sends QoS events (only then is anything "late").
+struct LiveTiming {
+    var configuredLatency: UInt64?
+    var live = false
+    var downstreamQoS = false
+    var lastAdmitted: UInt64?
+    /// Since when (running time) frames have arrived far behind their time, and whether that
+    /// was said (see `watchBacklog`).
+    var behindSince: UInt64?
+    var warnedBehind = false
+}
+
+/// Reseeds and seeds asked for and not yet applied to a frame.
+struct ReseedRequests {
+    /// A reseed asked for by a signal or event and not yet applied (nil: none).
+    var pending: PendingReseed?
+    /// A seed mask set while playing: used from the next (re)seed on.
+    var seed: SeedSource?
+    /// Reseed requests made so far (see `requestReseed`); `stop` counts as one, so that a mask still
+    /// loading then is not used by the next run.
+    var count = 0
+}
+
+/// What the element's threads share besides the settings and the frame path: small facts read and
+/// written in passing, never while another lock is held (see ARCHITECTURE.md, "Locks, threads").
+struct Control {
+    var latency = LatencyState()
+    var live = LiveTiming()
+    var reseed = ReseedRequests()
+    /// Caps whose set-up failed and was reported: base transform retries them on every buffer, and
+    /// the same error must reach the bus once, not once a buffer.
+    var refusedCaps: String?
+    /// How a stream's engine is made: nil for the production maker, else what a test injected
+    /// (`injectEngineMaker`) before the element started.
+    var engineMaker: EngineMaker?
+}
+
+/// Makes a stream's engine from the settings (`MatteFilter.makeEngine`, or what a test injects).
+typealias EngineMaker = (Settings) throws -> MattingEngine
+
 /// The element's behaviour. One instance per `GstMatAnyone`, owned by it (see Trampolines.swift).
+/// Three locks, never nested (ARCHITECTURE.md, "Locks"): `settings`, `control`, and the path lock
+/// `stream`, the frame path's state.
 final class MatteFilter {
     let handle: ElementHandle
     private let settings = Locked(Settings())
-    let stream = Locked<StreamState?>(nil)
-    let latency = Locked(LatencyState())
-    /// A reseed asked for by a signal or event and not yet applied (nil: none).
-    let pendingReseed = Locked<PendingReseed?>(nil)
-    /// A seed mask set while playing: used from the next (re)seed on.
-    let pendingSeed = Locked<SeedSource?>(nil)
-    /// Reseed requests made so far (see `requestReseed`); `stop` counts as one, so that a mask still
-    /// loading then is not used by the next run.
-    private let reseedRequests = Locked(0)
-    /// Caps whose set-up failed and was reported: base transform retries them on every buffer, and
-    /// the same error must reach the bus once, not once a buffer.
-    private let refusedCaps = Locked<String?>(nil)
-    /// What predictive QoS needs to know of the pipeline: the latency it configured its sinks with
-    /// (the LATENCY event on its way upstream, ns), whether it is live (the LATENCY query), and
-    /// whether a sink downstream synchronises and sends QoS events (only then is anything "late").
-    private struct LiveTiming {
-        var configuredLatency: UInt64?
-        var live = false
-        var downstreamQoS = false
-        var lastAdmitted: UInt64?
-        /// Since when (running time) frames have arrived far behind their time, and whether that
-        /// was said (see `watchBacklog`).
-        var behindSince: UInt64?
-        var warnedBehind = false
-    }
-    private let liveTiming = Locked(LiveTiming())
-
+    let control = Locked(Control())
+    /// How long the streaming and release threads wait for each other (stats).
+    let waits = WaitClock()
+    /// The frame path's state (sync or async): the path lock. Its condition is where the streaming,
+    /// release and query threads wait for each other.
+    lazy var stream = Locked<StreamState?>(nil, waits: waits)
 
     init(handle: ElementHandle) {
         self.handle = handle
@@ -129,7 +152,7 @@ final class MatteFilter {
     private func seedMaskChanged(_ current: Settings) {
         do {
             let source = try seedSource(current, maskPath: nil)
-            pendingSeed.withLock { $0 = source }
+            control.withLock { $0.reseed.seed = source }
         } catch {
             ErrorMapping.postWarning("seed-mask \(current.seedMask) cannot be used (\(error)); the previous seed stays", on: handle)
         }
@@ -156,20 +179,28 @@ final class MatteFilter {
         }
         stream.withLock { $0 = StreamState(engines: engines, mode: current.mode) }
         DebugLog.log(GST_LEVEL_INFO, handle, "pixel kernels: \(PixelISA.active) (this CPU runs \(PixelISA.supported.last!))")
-        refusedCaps.withLock { $0 = nil }
-        liveTiming.withLock { $0 = LiveTiming() }
-        latency.withLock { $0 = LatencyState() }
-        pendingSeed.withLock { $0 = nil }
+        control.withLock { control in
+            control.refusedCaps = nil
+            control.live = LiveTiming()
+            control.latency = LatencyState()
+            control.reseed.seed = nil
+        }
     }
 
     func stop() -> Bool {
-        let state = stream.take()
-        // Outside the lock: the threads may be finishing a frame.
-        state?.asyncPath?.stopMatting()
-        for releaser in state?.asyncPath?.stopReleasers() ?? [] { releaser.stop() }
-        reseedRequests.withLock { $0 += 1 }
-        pendingReseed.withLock { $0 = nil }
-        pendingSeed.withLock { $0 = nil }
+        // The state goes (waking every waiter: their path is gone); the threads are stopped outside
+        // the lock, as they may be finishing a frame.
+        let (matting, releasers) = stream.update { state -> (AsyncMatting?, [FrameReleaser]) in
+            defer { state = nil }
+            guard let path = state?.asyncPath else { return (nil, []) }
+            let matting = path.retire()
+            return (matting, path.stopReleasers())
+        }
+        matting?.stop()
+        for releaser in releasers { releaser.join() }
+        control.withLock { control in
+            control.reseed = ReseedRequests(pending: nil, seed: nil, count: control.reseed.count + 1)
+        }
         return true
     }
 
@@ -184,7 +215,20 @@ final class MatteFilter {
         return engine
     }
 
+    /// The engine of a stream: the maker a test injected, else the production one.
     private func makeEngine(_ settings: Settings) throws -> MattingEngine {
+        try (control.withLock { $0.engineMaker } ?? productionEngine)(settings)
+    }
+
+    /// A seam for in-process tests, injected by them before the element starts (never by the plugin):
+    /// `wrap` receives the production engine and returns the one the element runs (an engine made
+    /// slow on purpose, say), so that the element's timing rules can be driven through real pipelines
+    /// on any machine.
+    func injectEngineMaker(wrapping wrap: @escaping (MattingEngine) -> MattingEngine) {
+        control.withLock { $0.engineMaker = { [unowned self] settings in wrap(try productionEngine(settings)) } }
+    }
+
+    private func productionEngine(_ settings: Settings) throws -> MattingEngine {
         var options = EngineOptions(modelDir: settings.modelDir, runtimeLibrary: settings.runtimeLibrary)
         options.session.threads = Int(settings.threads)
         options.session.provider = settings.executionProvider
@@ -237,15 +281,8 @@ final class MatteFilter {
             ErrorMapping.postWarning("precision=auto chose bf16, which failed to load (\(bf16Error)); running fp32 instead "
                                      + "(precision=fp32 skips the attempt)", on: handle)
         }
-        return engineWrap.withLock { $0 }.map { $0(engine) } ?? engine
+        return engine
     }
-
-    /// A seam for in-process tests, injected by them (`wrapEngines`), never by the plugin: wraps
-    /// the engine this element makes from its next start on (an engine made slow on purpose, say),
-    /// so that the element's timing rules can be driven through real pipelines on any machine.
-    private let engineWrap = Locked<((MattingEngine) -> MattingEngine)?>(nil)
-
-    func wrapEngines(_ wrap: ((MattingEngine) -> MattingEngine)?) { engineWrap.withLock { $0 = wrap } }
 
     /// Where seeding comes from: a mask file (`maskPath`, else `seed-mask` with seed=mask), or the
     /// segmenter. An empty mask falls back to the segmenter with a warning.
@@ -284,18 +321,16 @@ final class MatteFilter {
     func requestReseed(maskPath: String?, serialized: Bool = false) {
         DebugLog.log(GST_LEVEL_INFO, handle, "reseed requested" + (maskPath.map { " with mask \($0)" } ?? ""))
         let load = serialized ? maskPath.map { MaskLoad(path: $0) } : nil
-        let ticket = reseedRequests.withLock { count -> Int in
-            count += 1
-            pendingReseed.withLock { pending in
-                if let load {
-                    pending = .loading(load)
-                } else if maskPath == nil {
-                    pending = .ready(nil)
-                } else if case .loading = pending {
-                    pending = nil  // (superseded: no frame waits for a mask that will not be used)
-                }
+        let ticket = control.withLock { control -> Int in
+            control.reseed.count += 1
+            if let load {
+                control.reseed.pending = .loading(load)
+            } else if maskPath == nil {
+                control.reseed.pending = .ready(nil)
+            } else if case .loading = control.reseed.pending {
+                control.reseed.pending = nil  // (superseded: no frame waits for a mask that will not be used)
             }
-            return count
+            return control.reseed.count
         }
         guard let maskPath else { return }
         let settings = snapshot()
@@ -308,9 +343,9 @@ final class MatteFilter {
             } catch {
                 ErrorMapping.postWarning("reseed ignored the mask: \(error)", on: handle)
             }
-            let newest = reseedRequests.withLock { count -> Bool in
-                guard count == ticket else { return false }
-                pendingReseed.withLock { $0 = .ready(source) }
+            let newest = control.withLock { control -> Bool in
+                guard control.reseed.count == ticket else { return false }
+                control.reseed.pending = .ready(source)
                 return true
             }
             // (After the pending reseed is set: the frame waiting for this load then finds it.)
@@ -327,7 +362,7 @@ final class MatteFilter {
     /// Before a frame: when a serialized reseed's mask is still loading, waits for it (bounded, no
     /// lock held), so that the frame right after the event is the one reseeded.
     func awaitReseedMask() {
-        guard let load = pendingReseed.withLock({ $0?.loadToAwait }) else { return }
+        guard let load = control.withLock({ $0.reseed.pending?.loadToAwait }) else { return }
         guard !load.wait(ms: Self.reseedMaskWaitMs) else { return }
         ErrorMapping.postWarning("reseed mask \(load.path) took longer than \(Self.reseedMaskWaitMs) ms to load: "
                                  + "the reseed comes on the first frame after it has loaded, not on the frame after the event",
@@ -404,7 +439,7 @@ final class MatteFilter {
             refuseInterlaced(interlacing, capsKey: capsKey)
             return false
         }
-        if refusedCaps.withLock({ $0 == capsKey }) {
+        if control.withLock({ $0.refusedCaps == capsKey }) {
             DebugLog.log(GST_LEVEL_DEBUG, handle, "caps \(capsKey) were refused already; not reporting again")
             return false
         }
@@ -414,26 +449,48 @@ final class MatteFilter {
         // pixel from itself, the blur and the edge colours computed first), so no output buffer is
         // allocated and no frame copied. Same bytes out.
         var inPlace = false
-        let outcome = stream.withLock { state -> SizeOutcome in
+        // Decided under the path lock; the warm-up, and stopping and starting threads, after it.
+        let plan = stream.withLock { state -> SizePlan in
             guard let state else { return .notStarted }
             state.output = negotiated
             if case .sync = state.path { inPlace = negotiated == .composite(.bgra) }
+            state.asyncPath?.inputInfo = input.pointee
             if let size = state.size, size == (width, height) {
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
                 return .sameSize
             }
             state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.pointee.framesPerSecond)
-            switch startSize(width: width, height: height, state: state, settings: current) {
-            case let .success(ms): return .started(warmUpMs: ms)
-            case let .failure(error): return .failed(error)
+            return startSize(width: width, height: height, state: state, settings: current)
+        }
+        let outcome: SizeOutcome
+        switch plan {
+        case .notStarted: outcome = .notStarted
+        case .sameSize: outcome = .sameSize
+        case let .warmUp(path, engines):
+            // Sync mode warms the engine up at the new size now (warmUp resets it; one run gives the
+            // first latency estimate, in ms).
+            path.alphaPlane = [UInt8](repeating: 0, count: width * height)
+            switch Result(catching: { try engines.get().warmUp(width: width, height: height) }) {
+            case let .success(ms):
+                stream.withLock { $0?.size = (width, height) }
+                outcome = .started(warmUpMs: ms)
+            case let .failure(error):
+                outcome = .failed(error)
             }
+        case let .startThreads(previous, matting, releaser):
+            // Async mode hands the models' loading and warm-up to a new inference thread and returns
+            // at once (0), so that frames leave meanwhile; the previous size's thread ends first.
+            previous?.stop()
+            matting.start()
+            releaser?.start()
+            outcome = .started(warmUpMs: 0)
         }
         handle.setInPlace(inPlace)
         switch outcome {
         case .notStarted:
             return false
         case let .failed(error):
-            refusedCaps.withLock { $0 = capsKey }
+            control.withLock { $0.refusedCaps = capsKey }
             ErrorMapping.postError(error, on: handle)
             return false
         case .sameSize:
@@ -456,6 +513,16 @@ final class MatteFilter {
         case failed(Error)
     }
 
+    /// What new caps of another size need once the path lock is released (`startSize`).
+    private enum SizePlan {
+        case notStarted
+        case sameSize
+        /// mode=sync: the engine is warmed up at the new size (the alpha plane made for it).
+        case warmUp(SyncPath, EngineSlot)
+        /// mode=async: the previous inference thread to stop, the new one and its release thread to start.
+        case startThreads(previous: AsyncMatting?, AsyncMatting, FrameReleaser?)
+    }
+
     /// What the source pad carries for its negotiated format (nil, with an error on the bus, for a
     /// format the element does not make).
     private func negotiatedOutput(_ info: UnsafeMutablePointer<GstVideoInfo>) -> NegotiatedOutput? {
@@ -472,9 +539,9 @@ final class MatteFilter {
     /// Interlaced caps are refused, once on the bus per caps: a woven frame's two fields are two
     /// instants, and the matte would comb at every moving edge.
     private func refuseInterlaced(_ interlacing: GstVideoInterlaceMode, capsKey: String) {
-        let reported = refusedCaps.withLock { refused -> Bool in
-            defer { refused = capsKey }
-            return refused == capsKey
+        let reported = control.withLock { control -> Bool in
+            defer { control.refusedCaps = capsKey }
+            return control.refusedCaps == capsKey
         }
         guard !reported else { return }
         let mode = String(cString: gst_video_interlace_mode_to_string(interlacing))
@@ -486,37 +553,31 @@ final class MatteFilter {
     /// The latency reported from a new size on. In async mode a frame costs its copy and composite,
     /// not an inference: the latency starts from the delay and learns the rest.
     private func startLatency(warmUpMs: Double, settings current: Settings) {
-        latency.withLock {
-            $0 = current.mode == .async
+        control.withLock {
+            $0.latency = current.mode == .async
                 ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0,
                                heldMs: max(Double(current.asyncDelay), MatteFilter.quickWaitMs))
                 : LatencyState(tracker: LatencyTracker(), warmUpMs: warmUpMs)
         }
     }
 
-    /// Caps of another size: temporal state no longer applies. Sync mode warms the engine up at the
-    /// new size now (warmUp resets it; one run gives the first latency estimate, in ms); async mode
-    /// hands that, and the models' loading on the first size, to a new inference thread and
-    /// returns at once (0), so that frames leave meanwhile.
-    private func startSize(width: Int, height: Int, state: StreamState, settings current: Settings) -> Result<Double, Error> {
+    /// Caps of another size: temporal state no longer applies. Under the path lock: says what to do
+    /// once it is released (the warm-up, the threads), does none of it.
+    private func startSize(width: Int, height: Int, state: StreamState, settings current: Settings) -> SizePlan {
         state.size = nil
         state.gaps.forget()
         switch state.path {
         case let .sync(path):
-            path.alphaPlane = [UInt8](repeating: 0, count: width * height)
-            let measured = Result { try state.engines.get().warmUp(width: width, height: height) }
-            if case .success = measured { state.size = (width, height) }
-            return measured
+            return .warmUp(path, state.engines)
         case let .async(path):
-            path.stopMatting()
+            let previous = path.retire()
             path.queue.removeAll()  // (frames of the old size left by a drain a flush cut short)
             state.size = (width, height)
-            path.noAlphaPlane = [UInt8](repeating: UInt8(current.noPersonAlpha), count: width * height)
             path.delayMs = Double(current.asyncDelay)
+            path.track += 1
             // (Made whatever alignment says: it may be switched on while playing.)
-            path.carry = MotionCarry(frameWidth: width, frameHeight: height)
-            path.carrySource = nil
-            path.carriedPlane = [UInt8](repeating: 0, count: width * height)
+            path.estimator = MotionCarry(frameWidth: width, frameHeight: height)
+            path.renderer = AsyncRenderer(width: width, height: height, noPersonAlpha: UInt8(current.noPersonAlpha))
             let matting = AsyncMatting(engines: state.engines, width: width, height: height)
             matting.onTrackEvents = { [handle] events, pts in
                 for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
@@ -524,17 +585,15 @@ final class MatteFilter {
             matting.onNotices = { [handle] notices in
                 for notice in notices { ErrorMapping.post(notice, on: handle) }
             }
+            var releaser: FrameReleaser?
             if path.delayMs > 0 {
                 // Held frames leave on their own deadline, from a thread of their own.
-                let releaser = FrameReleaser(next: { [unowned self] in nextDeparture(of: $0) }, push: { [handle] in handle.push($0) },
-                                             pushEvent: { [handle] in handle.push($0) })
-                matting.onFinished = { [weak releaser] in releaser?.poke() }
-                path.releaser = releaser
-                releaser.start()
+                releaser = makeReleaser(for: path)
+                matting.onFinished = { [weak self, weak path] in self?.stream.update { _ in path?.poked = true } }
             }
-            matting.start()
             path.matting = matting
-            return .success(0)
+            path.releaser = releaser
+            return .startThreads(previous: previous, matting, releaser)
         }
     }
 
@@ -546,24 +605,24 @@ final class MatteFilter {
     func sinkEvent(_ event: SinkEvent, _ raw: UnsafeMutablePointer<GstEvent>) -> Bool {
         switch event {
         case .flushStart:
-            heldFrameReleaser?.setFlushing(true)
+            if let path = delayedPath { setFlushing(path, true) }
         case .flushStop:
             // (A push in progress ends first, while the pad still flushes: nothing from before the
             // seek goes out after FLUSH_STOP.)
-            if let releaser = heldFrameReleaser {
-                releaser.exclusively { flushHeldFrames() }
-                releaser.setFlushing(false)
-            } else {
-                flushHeldFrames()
+            if let path = delayedPath {
+                exclusively(path) { flushHeldFrames(path) }
+                setFlushing(path, false)
+            } else if let path = stream.withLock({ $0?.asyncPath }) {
+                flushHeldFrames(path)
             }
             resetStream(reason: "FLUSH_STOP")
         case .endOfStream:
             // Async mode holds frames: they leave before EOS, and before caps of another format.
             // (A failure is on the bus; the event still goes on.)
-            if isAsync { _ = drainHeldFrames() }
-            pushStickyAfterFlush()
+            if runningAsyncPath != nil { _ = drainHeldFrames() }
+            if let path = stream.withLock({ $0?.asyncPath }) { pushStickyAfterFlush(path) }
         case .caps:
-            if isAsync { _ = drainHeldFrames() }
+            if runningAsyncPath != nil { _ = drainHeldFrames() }
         case .streamStart:
             waitForHeldFrames()
             resetStream(reason: "STREAM_START")
@@ -593,9 +652,9 @@ final class MatteFilter {
     /// may renegotiate, never runs while the release thread renders or pushes a frame.
     func query(direction: GstPadDirection, type: GstQueryType, parent: () -> Bool) -> Bool {
         guard direction == GST_PAD_SINK, type == GST_QUERY_ALLOCATION || type == GST_QUERY_DRAIN,
-              let releaser = heldFrameReleaser else { return parent() }
+              let path = delayedPath else { return parent() }
         if type == GST_QUERY_DRAIN { _ = drainHeldFrames() }
-        return releaser.exclusively(parent)
+        return exclusively(path, parent)
     }
 
     /// An event from downstream; true when it is ours and ends here (not passed further upstream).
@@ -617,7 +676,11 @@ final class MatteFilter {
     /// Forgets temporal state (FLUSH_STOP, STREAM_START, a new segment).
     private func resetStream(reason: String) {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "reset: \(reason)")
-        stream.withLock { $0?.resetTrack() }
+        let target = stream.withLock { state -> RequestTarget? in
+            state?.forgetTrack()
+            return state?.requestTarget
+        }
+        target?.reset()
     }
 
     /// Every buffer as it reaches the element, before any QoS decision: counted, and judged by the
@@ -625,31 +688,33 @@ final class MatteFilter {
     /// stream; only upstream's silence longer than `reset-after-gap` (or, with 0, any DISCONT) resets.
     func arrived(_ arrival: GapRule.Arrival, pts: GstClockTime) {
         let resetAfterMs = snapshot().resetAfterGap
-        let timing = liveTiming.withLock { $0 }
+        let timing = control.withLock { $0.live }
         let pipeline = GapRule.Pipeline(live: timing.live, configuredLatency: timing.configuredLatency)
-        stream.withLock { state in
-            guard let state else { return }
+        let reset = stream.withLock { state -> RequestTarget? in
+            guard let state else { return nil }
             state.framesSubmitted += 1
             switch state.gaps.arrive(arrival, resetAfterMs: resetAfterMs, pipeline: pipeline) {
             case let .reset(reason):
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(pts): \(reason)")
-                state.resetEngine()
+                return state.requestTarget
             case let .kept(reason):
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "pts \(pts): \(reason): no silence upstream, the track continues")
             case .continues:
                 if arrival.isDiscont { DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(pts): a gap, the track continues") }
             }
+            return nil
         }
+        reset?.reset()
     }
 
     /// The pipeline's latency, from the LATENCY event (a live pipeline sends it when it configures).
     private func latencyConfigured(_ nanoseconds: UInt64) {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "pipeline latency configured: \(Double(nanoseconds) / 1e6) ms")
-        liveTiming.withLock { $0.configuredLatency = nanoseconds }
+        control.withLock { $0.live.configuredLatency = nanoseconds }
     }
 
     /// A QoS event came from downstream: a sink there synchronises to the clock.
-    private func sawDownstreamQoS() { liveTiming.withLock { $0.downstreamQoS = true } }
+    private func sawDownstreamQoS() { control.withLock { $0.live.downstreamQoS = true } }
 
     /// A live chain whose sink sends no QoS (udpsink, a sink without sync) drops nothing when the
     /// element is slower than the stream: frames reach it ever later and nothing says so. When they
@@ -657,7 +722,9 @@ final class MatteFilter {
     /// second of stream time, a WARNING says so with the fixes, once per run.
     func watchBacklog(_ timing: (runningTime: UInt64, now: UInt64)?) {
         guard let timing else { return }
-        let lagMs: Double? = liveTiming.withLock { live in
+        let lagMs: Double? = control.withLock { control in
+            var live = control.live
+            defer { control.live = live }
             guard live.live, !live.downstreamQoS, !live.warnedBehind else { return nil }
             guard timing.now > timing.runningTime &+ (live.configuredLatency ?? 0) &+ MatteFilter.backlogAllowanceNs else {
                 live.behindSince = nil
@@ -670,7 +737,7 @@ final class MatteFilter {
             return Double(timing.now - timing.runningTime) / 1e6
         }
         guard let lagMs else { return }
-        let costMs = latency.withLock { $0.tracker.expectedMs(fallbackMs: $0.warmUpMs) }
+        let costMs = control.withLock { $0.latency.tracker.expectedMs(fallbackMs: $0.latency.warmUpMs) }
         ErrorMapping.postWarning(
             "the chain falls behind the live stream: frames reach this element \(Int(lagMs)) ms after their time (it takes about "
             + "\(Int(costMs.rounded())) ms a frame), and no element downstream sends QoS, so nothing drops the late ones. "
@@ -687,9 +754,9 @@ final class MatteFilter {
     /// nil to process it. The base class still applies the sink's own QoS feedback afterwards.
     func lateness(runningTime: UInt64, now: UInt64) -> UInt64? {
         guard snapshot().mode == .sync else { return nil }  // async frames cost a composite, not an inference
-        let timing = liveTiming.withLock { $0 }
+        let timing = control.withLock { $0.live }
         guard timing.live, timing.downstreamQoS, let configured = timing.configuredLatency else { return nil }
-        let expectedMs = latency.withLock { $0.tracker.expectedMs(fallbackMs: $0.warmUpMs) }
+        let expectedMs = control.withLock { $0.latency.tracker.expectedMs(fallbackMs: $0.latency.warmUpMs) }
         let expected = UInt64(max(expectedMs, 0) * 1_000_000)
         let ready = now &+ expected, deadline = runningTime &+ configured
         // Never starve: after a second (or four frames' cost) of drops one frame goes through, so the
@@ -698,7 +765,7 @@ final class MatteFilter {
         guard ready > deadline, !starving else {
             DebugLog.log(GST_LEVEL_LOG, handle, "admitting a frame: arrived \(Double(Int64(now) - Int64(runningTime)) / 1e6) ms "
                          + "after its running time, expected cost \(expectedMs) ms, pipeline latency \(Double(configured) / 1e6) ms")
-            liveTiming.withLock { $0.lastAdmitted = runningTime }
+            control.withLock { $0.live.lastAdmitted = runningTime }
             return nil
         }
         let late = ready - deadline
@@ -733,23 +800,31 @@ final class MatteFilter {
     }
 
 
-    /// Answers upstream's ALLOCATION query: the base class's answer, plus the frames async mode may hold
-    /// with a delay (`async-max-frames`): a pool with fewer buffers than that would stall upstream
-    /// waiting for one the element keeps.
+    /// Input buffers the inference thread may hold at once (a frame waiting, one under inference).
+    static let inferenceBuffers = 2
+
+    /// Answers upstream's ALLOCATION query: the base class's answer, plus, in async mode, the frames
+    /// it may hold with a delay (`async-max-frames`) and those the inference thread reads: a pool
+    /// with fewer buffers than that would stall upstream waiting for one the element keeps.
     func proposeAllocation(decideQuery: UnsafeMutablePointer<GstQuery>?, query: UnsafeMutablePointer<GstQuery>) -> Bool {
         guard handle.parentProposeAllocation(decideQuery, query) else { return false }
         let current = snapshot()
-        if current.mode == .async, current.asyncDelay > 0 {
-            let held = MatteFilter.heldFrameBound(current, framesPerSecond: handle.videoInfo(of: query)?.framesPerSecond ?? 0)
-            handle.addMinimumBuffers(held, to: query)
+        if current.mode == .async {
+            // The inference thread reads the input buffers themselves (no copy): it holds up to two
+            // (one waiting, one under inference) for as long as an inference takes.
+            let held = current.asyncDelay > 0
+                ? MatteFilter.heldFrameBound(current, framesPerSecond: handle.videoInfo(of: query)?.framesPerSecond ?? 0) : 0
+            handle.addMinimumBuffers(held + MatteFilter.inferenceBuffers, to: query)
         }
         return true
     }
 
     /// Adjusts an answered LATENCY query by what this element really costs.
     func answerLatency(live: Bool, minimum: GstClockTime, maximum: GstClockTime) -> (GstClockTime, GstClockTime) {
-        let ms = latency.withLock { $0.tracker.answer(fallbackMs: $0.warmUpMs) + $0.heldMs }
-        liveTiming.withLock { $0.live = live }
+        let ms = control.withLock { control in
+            control.live.live = live
+            return control.latency.tracker.answer(fallbackMs: control.latency.warmUpMs) + control.latency.heldMs
+        }
         let ours = GstClockTime(ms * 1_000_000)
         DebugLog.log(GST_LEVEL_DEBUG, handle, "latency query: adding \(ms) ms (live: \(live))")
         let none = shim_clock_time_none()

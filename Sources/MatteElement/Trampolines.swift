@@ -131,6 +131,9 @@ struct ElementHandle {
             : mapFrame(buffer, &filter.pointee.out_info, GST_MAP_WRITE, body)
     }
 
+    /// The negotiated input's video info, copied.
+    var inputInfo: GstVideoInfo { videoFilter(raw).pointee.in_info }
+
     func liveTiming(of buffer: UnsafeMutablePointer<GstBuffer>) -> (runningTime: UInt64, now: UInt64)? {
         MatteElement.liveTiming(raw, buffer)
     }
@@ -205,7 +208,16 @@ final class OwnedBuffer {
         owned = false
         return buffer
     }
+    /// Another reference to the same buffer (for a second holder: the inference thread).
+    func retained() -> OwnedBuffer { OwnedBuffer(taking: gst_buffer_ref(buffer)) }
     deinit { if owned { gst_buffer_unref(buffer) } }
+}
+
+/// Maps `buffer` read-only as a frame of `info` (a copy of the caps it came with, for a thread that
+/// maps it after renegotiation may have moved on) for the duration of `body`; nil when it cannot be.
+func withMappedFrame<Result>(_ buffer: OwnedBuffer, info: GstVideoInfo, _ body: (VideoFrameView) -> Result) -> Result? {
+    var info = info
+    return mapFrame(buffer.buffer, &info, GST_MAP_READ, body)
 }
 
 /// Maps `buffer` as a video frame of `info` for the duration of `body`; nil when it cannot be mapped.

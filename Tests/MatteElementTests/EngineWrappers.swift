@@ -5,7 +5,7 @@ import MatteEngine
 
 /// The tests' engine seam: wraps the engine that the `matanyone` element of a given name starts (an
 /// engine made slow on purpose, say) in the pipelines the helpers parse, which hand each element its
-/// wrap (`MatteFilter.wrapEngines`) before it starts. Keyed by element name, so that tests running
+/// wrap (`MatteFilter.injectEngineMaker`) before it starts. Keyed by element name, so that tests running
 /// side by side do not meet.
 enum EngineWrappers {
     typealias Wrap = (MattingEngine) -> MattingEngine
@@ -22,7 +22,7 @@ enum EngineWrappers {
         for (name, wrap) in table.withLock({ $0 }) {
             guard let element = gst_bin_get_by_name(bin, name) else { continue }
             defer { gst_object_unref(element) }
-            MatteFilter.of(element)?.wrapEngines(wrap)
+            MatteFilter.of(element)?.injectEngineMaker(wrapping: wrap)
         }
     }
 }
