@@ -108,13 +108,17 @@ final class MatteFilter {
     private let settings = Locked(Settings())
     let control = Locked(Control())
     /// How long the streaming and release threads wait for each other (stats).
-    let waits = WaitClock()
+    let waits: WaitClock
     /// The frame path's state (sync or async): the path lock. Its condition is where the streaming,
-    /// release and query threads wait for each other.
-    lazy var stream = Locked<StreamState?>(nil, waits: waits)
+    /// release and query threads wait for each other. Made in `init`, not lazily: a lazy property's
+    /// first touch from two threads at once would make two locks.
+    let stream: Locked<StreamState?>
 
     init(handle: ElementHandle) {
         self.handle = handle
+        let waits = WaitClock()
+        self.waits = waits
+        stream = Locked(nil, waits: waits)
         _ = DebugLog.routeEngineLog
     }
 
