@@ -16,7 +16,7 @@ final class FrameReleaser {
     /// What the release thread is to do next, decided under the path lock.
     enum Step {
         /// Render this frame (outside the lock) and push it, then the events that came after it.
-        case leave(MatteFilter.Departing)
+        case leave(AsyncPath.Departing)
         /// Sleep until this monotonic time (ms), or until poked.
         case waitUntil(Double)
         /// Nothing may leave: sleep until poked.
@@ -28,7 +28,7 @@ final class FrameReleaser {
     /// Decides the next step under the path lock (the element's departure rule).
     private let next: (FrameReleaser) -> Step
     /// Renders a frame that leaves and pushes it and its events (outside the lock); returns the flow.
-    private let release: (MatteFilter.Departing) -> GstFlowReturn
+    private let release: (AsyncPath.Departing) -> GstFlowReturn
     /// Records a push's outcome under the path lock and wakes the threads waiting for it.
     private let pushed: (FrameReleaser, GstFlowReturn) -> Void
     /// Sleeps until poked or `deadlineMs`; false when this releaser was retired or stopped.
@@ -37,7 +37,7 @@ final class FrameReleaser {
     private let ended = DispatchSemaphore(value: 0)
     private var thread: Thread?
 
-    init(next: @escaping (FrameReleaser) -> Step, release: @escaping (MatteFilter.Departing) -> GstFlowReturn,
+    init(next: @escaping (FrameReleaser) -> Step, release: @escaping (AsyncPath.Departing) -> GstFlowReturn,
          pushed: @escaping (FrameReleaser, GstFlowReturn) -> Void, sleep: @escaping (FrameReleaser, Double?) -> Bool) {
         self.next = next
         self.release = release

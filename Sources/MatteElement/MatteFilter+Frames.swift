@@ -4,13 +4,13 @@ import MatteEngine
 import MattePixels
 
 /// A frame's journey through the element. Every buffer enters through `submit`; in sync mode the
-/// base class then calls `transform`, in async mode it is queued and leaves through `generateOutput`,
-/// the release thread or a drain (MatteFilter+Async.swift). Whatever the path, a frame begins with
-/// its planes checked and what was asked for since the last frame handed on (`takeFrameRequests`)
-/// and ends in `endFrame` (counters, gap rule, latency sample, track events, stats); its output is
-/// written by `render` (the alpha or the composite). Each step decides under the path lock
-/// (`stream`) and works outside it: no model call, frame copy, motion estimate, composite or wait
-/// happens while any lock is held.
+/// base class then calls `transform` (SyncPath), in async mode it is queued and leaves through
+/// `generateOutput`, the release thread or a drain (AsyncPath). Whatever the path, a frame begins
+/// with its planes checked and what was asked for since the last frame handed on
+/// (`takeFrameRequests`) and ends in `endFrame` (latency sample, track events, stats); its output
+/// is written by `render` (the alpha or the composite). Each path decides under its own lock and
+/// works outside it: no model call, frame copy, motion estimate, composite or wait happens while
+/// any lock is held.
 extension MatteFilter {
     // MARK: Entry
 
@@ -28,7 +28,7 @@ extension MatteFilter {
         arrived(handle.arrival(of: buffer, timing: timing), pts: buffer.pointee.pts)
         watchBacklog(timing)
         awaitReseedMask()
-        if let path = runningAsyncPath { return submitAsync(buffer, path: path, arrivalMs: arrivalMs) }
+        if let path = runningAsyncPath { return path.submit(buffer, arrivalMs: arrivalMs) }
         if handle.qosEnabled, let timing, let late = lateness(runningTime: timing.runningTime, now: timing.now) {
             handle.postDropped(buffer, runningTime: timing.runningTime, late: late, counts: frameCounts)
             _ = OwnedBuffer(taking: buffer)  // (released: the frame is gone)
@@ -38,8 +38,29 @@ extension MatteFilter {
     }
 
     /// The async path once its inference thread runs (after the first caps), else nil: frames then
-    /// take the base class's way (`transform`). The one place a frame asks which path it takes.
-    var runningAsyncPath: AsyncPath? { stream.withLock { $0?.running?.path } }
+    /// take the base class's way (`transform`).
+    var runningAsyncPath: AsyncPath? {
+        guard case let .async(path)? = currentPath, path.isRunning else { return nil }
+        return path
+    }
+
+    /// The base class asks for output after each input: in async mode the path's next frame, if any
+    /// (else the base class's own, which calls `transform`).
+    func generateOutput(_ output: UnsafeMutablePointer<UnsafeMutablePointer<GstBuffer>?>) -> GstFlowReturn {
+        let entered = DispatchTime.now().uptimeNanoseconds
+        defer { waits.addSubmit(Int(DispatchTime.now().uptimeNanoseconds - entered)) }
+        guard let path = runningAsyncPath else { return handle.parentGenerateOutput(output) }
+        return path.generateOutput(output)
+    }
+
+    /// mode=sync: the frame's own alpha and its output (SyncPath).
+    func transform(input: VideoFrameView, output destination: VideoFrameView) -> GstFlowReturn {
+        guard case let .sync(path)? = currentPath else { return GST_FLOW_NOT_NEGOTIATED }
+        return path.transform(input: input, output: destination)
+    }
+
+    /// mode=sync, BGRA in and out: the same, written over the frame (see `setInfo`).
+    func transformInPlace(_ frame: VideoFrameView) -> GstFlowReturn { transform(input: frame, output: frame) }
 
     // MARK: Beginning and end
 
@@ -60,15 +81,6 @@ extension MatteFilter {
         return taken
     }
 
-    /// The counters a frame's end reads under the path lock, for its stats.
-    struct FrameCounts {
-        let processed: UInt
-        let submitted: UInt
-        let held: Int
-        let engine: MattingEngine?
-        let isAsync: Bool
-    }
-
     /// What a frame that leaves tells: its cost (ms), whether that is a sample of what a frame costs
     /// (not a seed), the track events of its own inference, the engine's report and what its stats add.
     struct FrameEnd {
@@ -81,17 +93,10 @@ extension MatteFilter {
         var stats: (UnsafeMutablePointer<GstStructure>) -> Void = { _ in }
     }
 
-    /// A frame's end, whichever the path: counted, the gap rule told when the element was done with
-    /// it (under the path lock), a latency sample (a LATENCY message when the cost drifted), its
-    /// track events and, every `stats-interval` frames, its stats (after it).
-    func endFrame(_ end: FrameEnd, settings current: Settings, posts: inout [Post]) {
-        guard let counts = stream.withLock({ state -> FrameCounts? in
-            guard let state else { return nil }
-            state.framesProcessed += 1
-            state.gaps.finished(atMs: monotonicMs())
-            return FrameCounts(processed: state.framesProcessed, submitted: state.framesSubmitted, held: state.framesHeld,
-                               engine: state.engine, isAsync: state.asyncPath != nil)
-        }) else { return }
+    /// A frame's end, whichever the path (which counted it under its lock: `counts`): a latency
+    /// sample (a LATENCY message when the cost drifted), its track events and, every
+    /// `stats-interval` frames, its stats.
+    func endFrame(_ end: FrameEnd, counts: FrameCounts, settings current: Settings, posts: inout [Post]) {
         let (drifted, latencyMs) = control.withLock { control -> (Bool, Double) in
             let drifted = end.isLatencySample ? control.latency.tracker.add(end.costMs) : false
             return (drifted, control.latency.tracker.expectedMs(fallbackMs: control.latency.warmUpMs) + control.latency.heldMs)
@@ -120,62 +125,6 @@ extension MatteFilter {
                                  premultiplied: current.alphaMode == .premultiplied)
         }
     }
-
-    // MARK: Sync
-
-    /// mode=sync: the frame's own alpha, made now, and its output. The engine, the alpha plane and
-    /// the compositor are the streaming thread's (SyncPath): read under the lock, used after it.
-    func transform(input: VideoFrameView, output destination: VideoFrameView) -> GstFlowReturn {
-        var posts: [Post] = []
-        defer { for post in posts { deliver(post) } }
-        guard let (path, output, engine) = stream.withLock({ state -> (SyncPath, NegotiatedOutput, MattingEngine)? in
-            guard let state, case let .sync(path) = state.path, let engine = state.engine else { return nil }
-            return (path, state.output, engine)
-        }) else { return GST_FLOW_NOT_NEGOTIATED }
-        if let problem = input.layoutProblem(bytesPerPixel: 4) ?? destination.layoutProblem(bytesPerPixel: output == .alpha ? 1 : 4) {
-            posts.append(.error(ElementError.streamFormat(problem)))
-            return GST_FLOW_ERROR
-        }
-        let requests = takeFrameRequests(pts: input.pts)
-        RequestTarget.engine(engine).apply(seed: requests.seed, reseed: requests.reseed)
-        let current = snapshot()
-        let start = monotonicMs()
-        path.report.clear()
-        let frame = input.bgra
-        do {
-            switch output {
-            case .alpha:
-                try engine.matte(frame, into: destination.gray, report: &path.report)
-            case .composite:
-                try path.alphaPlane.withUnsafeMutableBufferPointer { plane in
-                    let alpha = GrayImage(base: plane.baseAddress!, width: frame.width, height: frame.height, stride: frame.width)
-                    try engine.matte(frame, into: alpha, report: &path.report)
-                }
-                let compositeStart = monotonicMs()
-                GrayView.of(path.alphaPlane, width: frame.width, height: frame.height) { alpha in
-                    render(frame, alpha: alpha, into: destination, output: output, compositor: &path.compositor, settings: current)
-                }
-                path.report.postprocessMs += monotonicMs() - compositeStart
-            }
-        } catch {
-            posts += path.report.notices.map(Post.notice)
-            posts.append(.error(error))
-            return GST_FLOW_ERROR
-        }
-        posts += path.report.notices.map(Post.notice)
-        let totalMs = monotonicMs() - start
-        // Seeding (the warm-up passes) happens once; it is reported as seed-ms, and that frame is no
-        // sample of what a frame costs.
-        endFrame(FrameEnd(pts: input.pts, costMs: totalMs, isLatencySample: !(path.report.seedMs > 0),
-                          events: path.report.events, report: path.report),
-                 settings: current, posts: &posts)
-        DebugLog.log(GST_LEVEL_LOG, handle, "frame pts \(input.pts): \(totalMs) ms, "
-                     + "seeded \(path.report.seeded), memory frames \(path.report.memoryFrames)")
-        return GST_FLOW_OK
-    }
-
-    /// mode=sync, BGRA in and out: the same, written over the frame (see `setInfo`).
-    func transformInPlace(_ frame: VideoFrameView) -> GstFlowReturn { transform(input: frame, output: frame) }
 
     // MARK: Bus messages
 

@@ -12,7 +12,7 @@ struct LatencyState {
     var heldMs = 0.0
 }
 
-/// A bus message to post once the stream lock is released: a synchronous bus handler may call back
+/// A bus message to post once the path lock is released: a synchronous bus handler may call back
 /// into the element (a LATENCY query, a state change) from this very thread.
 enum Post {
     /// (Errors keep where they were found: the bus message names that file, function and line.)
@@ -95,30 +95,26 @@ struct Control {
     /// How a stream's engine is made: nil for the production maker, else what a test injected
     /// (`injectEngineMaker`) before the element started.
     var engineMaker: EngineMaker?
+    /// The frame path of the running stream: made in `start`, dropped in `stop`. Its state is behind
+    /// its own lock (the path lock): read the path here, release, then call it.
+    var path: FramePath?
 }
 
 /// Makes a stream's engine from the settings (`MatteFilter.makeEngine`, or what a test injects).
 typealias EngineMaker = (Settings) throws -> MattingEngine
 
 /// The element's behaviour. One instance per `GstMatAnyone`, owned by it (see Trampolines.swift).
-/// Three locks, never nested (ARCHITECTURE.md, "Locks"): `settings`, `control`, and the path lock
-/// `stream`, the frame path's state.
+/// Three locks, never nested (ARCHITECTURE.md, "Locks, threads"): `settings`, `control`, and the
+/// running path's own lock (SyncPath.state or AsyncPath.state).
 final class MatteFilter {
     let handle: ElementHandle
     private let settings = Locked(Settings())
     let control = Locked(Control())
     /// How long the streaming and release threads wait for each other (stats).
-    let waits: WaitClock
-    /// The frame path's state (sync or async): the path lock. Its condition is where the streaming,
-    /// release and query threads wait for each other. Made in `init`, not lazily: a lazy property's
-    /// first touch from two threads at once would make two locks.
-    let stream: Locked<StreamState?>
+    let waits = WaitClock()
 
     init(handle: ElementHandle) {
         self.handle = handle
-        let waits = WaitClock()
-        self.waits = waits
-        stream = Locked(nil, waits: waits)
         _ = DebugLog.routeEngineLog
     }
 
@@ -181,9 +177,12 @@ final class MatteFilter {
         } else {
             engines = EngineSlot(try startEngine(current))
         }
-        stream.withLock { $0 = StreamState(engines: engines, mode: current.mode) }
+        let path: FramePath = current.mode == .async
+            ? .async(AsyncPath(filter: self, engines: engines, waits: waits))
+            : .sync(SyncPath(filter: self, engines: engines, waits: waits))
         DebugLog.log(GST_LEVEL_INFO, handle, "pixel kernels: \(PixelISA.active) (this CPU runs \(PixelISA.supported.last!))")
         control.withLock { control in
+            control.path = path
             control.refusedCaps = nil
             control.live = LiveTiming()
             control.latency = LatencyState()
@@ -192,21 +191,16 @@ final class MatteFilter {
     }
 
     func stop() -> Bool {
-        // The state goes (waking every waiter: their path is gone); the threads are stopped outside
-        // the lock, as they may be finishing a frame.
-        let (matting, releasers) = stream.update { state -> (AsyncMatting?, [FrameReleaser]) in
-            defer { state = nil }
-            guard let path = state?.asyncPath else { return (nil, []) }
-            let matting = path.retire()
-            return (matting, path.stopReleasers())
-        }
-        matting?.stop()
-        for releaser in releasers { releaser.join() }
+        // The threads end outside any lock of the element's: they may be finishing a frame.
+        if case let .async(path)? = control.withLock({ $0.path.take() }) { path.stop() }
         control.withLock { control in
             control.reseed = ReseedRequests(pending: nil, seed: nil, count: control.reseed.count + 1)
         }
         return true
     }
+
+    /// The running stream's frame path (nil when stopped).
+    var currentPath: FramePath? { control.withLock { $0.path } }
 
     /// Makes the engine of `settings` and says so (with a warning when auto fell back to the CPU).
     private func startEngine(_ settings: Settings) throws -> MattingEngine {
@@ -452,47 +446,18 @@ final class MatteFilter {
         // Sync mode with BGRA out works in place: the composite is written over the frame it reads (each
         // pixel from itself, the blur and the edge colours computed first), so no output buffer is
         // allocated and no frame copied. Same bytes out.
+        guard let path = currentPath else { return false }
         var inPlace = false
-        // Decided under the path lock; the warm-up, and stopping and starting threads, after it.
-        let plan = stream.withLock { state -> SizePlan in
-            guard let state else { return .notStarted }
-            state.output = negotiated
-            if case .sync = state.path { inPlace = negotiated == .composite(.bgra) }
-            state.asyncPath?.inputInfo = input.pointee
-            if let size = state.size, size == (width, height) {
-                DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
-                return .sameSize
-            }
-            state.asyncPath?.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.pointee.framesPerSecond)
-            return startSize(width: width, height: height, state: state, settings: current)
-        }
         let outcome: SizeOutcome
-        switch plan {
-        case .notStarted: outcome = .notStarted
-        case .sameSize: outcome = .sameSize
-        case let .warmUp(path, engines):
-            // Sync mode warms the engine up at the new size now (warmUp resets it; one run gives the
-            // first latency estimate, in ms).
-            path.alphaPlane = [UInt8](repeating: 0, count: width * height)
-            switch Result(catching: { try engines.get().warmUp(width: width, height: height) }) {
-            case let .success(ms):
-                stream.withLock { $0?.size = (width, height) }
-                outcome = .started(warmUpMs: ms)
-            case let .failure(error):
-                outcome = .failed(error)
-            }
-        case let .startThreads(previous, matting, releaser):
-            // Async mode hands the models' loading and warm-up to a new inference thread and returns
-            // at once (0), so that frames leave meanwhile; the previous size's thread ends first.
-            previous?.stop()
-            matting.start()
-            releaser?.start()
-            outcome = .started(warmUpMs: 0)
+        switch path {
+        case let .sync(path):
+            inPlace = negotiated == .composite(.bgra)
+            outcome = path.negotiated(negotiated, width: width, height: height)
+        case let .async(path):
+            outcome = path.negotiated(negotiated, input: input.pointee, settings: current)
         }
         handle.setInPlace(inPlace)
         switch outcome {
-        case .notStarted:
-            return false
         case let .failed(error):
             control.withLock { $0.refusedCaps = capsKey }
             ErrorMapping.postError(error, on: handle)
@@ -504,27 +469,6 @@ final class MatteFilter {
             startLatency(warmUpMs: ms, settings: current)
             return true
         }
-    }
-
-    /// What new caps did to the stream (`setInfo`).
-    private enum SizeOutcome {
-        /// The element is not started (no stream state).
-        case notStarted
-        /// The size the track runs at: it continues.
-        case sameSize
-        /// A new size, its models warmed up in this long.
-        case started(warmUpMs: Double)
-        case failed(Error)
-    }
-
-    /// What new caps of another size need once the path lock is released (`startSize`).
-    private enum SizePlan {
-        case notStarted
-        case sameSize
-        /// mode=sync: the engine is warmed up at the new size (the alpha plane made for it).
-        case warmUp(SyncPath, EngineSlot)
-        /// mode=async: the previous inference thread to stop, the new one and its release thread to start.
-        case startThreads(previous: AsyncMatting?, AsyncMatting, FrameReleaser?)
     }
 
     /// What the source pad carries for its negotiated format (nil, with an error on the bus, for a
@@ -560,44 +504,8 @@ final class MatteFilter {
         control.withLock {
             $0.latency = current.mode == .async
                 ? LatencyState(tracker: LatencyTracker(), warmUpMs: 0,
-                               heldMs: max(Double(current.asyncDelay), MatteFilter.quickWaitMs))
+                               heldMs: max(Double(current.asyncDelay), AsyncPath.quickWaitMs))
                 : LatencyState(tracker: LatencyTracker(), warmUpMs: warmUpMs)
-        }
-    }
-
-    /// Caps of another size: temporal state no longer applies. Under the path lock: says what to do
-    /// once it is released (the warm-up, the threads), does none of it.
-    private func startSize(width: Int, height: Int, state: StreamState, settings current: Settings) -> SizePlan {
-        state.size = nil
-        state.gaps.forget()
-        switch state.path {
-        case let .sync(path):
-            return .warmUp(path, state.engines)
-        case let .async(path):
-            let previous = path.retire()
-            path.queue.removeAll()  // (frames of the old size left by a drain a flush cut short)
-            state.size = (width, height)
-            path.delayMs = Double(current.asyncDelay)
-            path.track += 1
-            // (Made whatever alignment says: it may be switched on while playing.)
-            path.estimator = MotionCarry(frameWidth: width, frameHeight: height)
-            path.renderer = AsyncRenderer(width: width, height: height, noPersonAlpha: UInt8(current.noPersonAlpha))
-            let matting = AsyncMatting(engines: state.engines, width: width, height: height)
-            matting.onTrackEvents = { [handle] events, pts in
-                for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
-            }
-            matting.onNotices = { [handle] notices in
-                for notice in notices { ErrorMapping.post(notice, on: handle) }
-            }
-            var releaser: FrameReleaser?
-            if path.delayMs > 0 {
-                // Held frames leave on their own deadline, from a thread of their own.
-                releaser = makeReleaser(for: path)
-                matting.onFinished = { [weak self, weak path] in self?.stream.update { _ in path?.poked = true } }
-            }
-            path.matting = matting
-            path.releaser = releaser
-            return .startThreads(previous: previous, matting, releaser)
         }
     }
 
@@ -609,46 +517,35 @@ final class MatteFilter {
     func sinkEvent(_ event: SinkEvent, _ raw: UnsafeMutablePointer<GstEvent>) -> Bool {
         switch event {
         case .flushStart:
-            if let path = delayedPath { setFlushing(path, true) }
+            asyncPath?.flushStart()
         case .flushStop:
-            // (A push in progress ends first, while the pad still flushes: nothing from before the
-            // seek goes out after FLUSH_STOP.)
-            if let path = delayedPath {
-                exclusively(path) { flushHeldFrames(path) }
-                setFlushing(path, false)
-            } else if let path = stream.withLock({ $0?.asyncPath }) {
-                flushHeldFrames(path)
-            }
+            asyncPath?.flushStop()
             resetStream(reason: "FLUSH_STOP")
         case .endOfStream:
             // Async mode holds frames: they leave before EOS, and before caps of another format.
-            // (A failure is on the bus; the event still goes on.)
-            if runningAsyncPath != nil { _ = drainHeldFrames() }
-            if let path = stream.withLock({ $0?.asyncPath }) { pushStickyAfterFlush(path) }
+            asyncPath?.endOfStream()
         case .caps:
-            if runningAsyncPath != nil { _ = drainHeldFrames() }
+            asyncPath?.capsComing()
         case .streamStart:
-            waitForHeldFrames()
+            asyncPath?.waitForHeldFrames()
             resetStream(reason: "STREAM_START")
         case let .segment(segment):
-            waitForHeldFrames()
+            asyncPath?.waitForHeldFrames()
             // A seek's new segment starts the track over; the same segment sent again does not.
             if !segment.sameTimeline(as: handle.inputSegment) { resetStream(reason: "new segment") }
         case let .reseed(maskPath, serialized):
             requestReseed(maskPath: maskPath, serialized: serialized)
-            if serialized { return holdOrWait(raw) }
+            if serialized { return asyncPath?.holdOrWait(raw) ?? false }
         case let .other(serialized):
-            if serialized { return holdOrWait(raw) }
+            if serialized { return asyncPath?.holdOrWait(raw) ?? false }
         }
         return false
     }
 
-    /// A serialized event the base class only forwards: held behind the frames held, or (none held)
-    /// sent on once the frame being pushed, if any, has gone.
-    private func holdOrWait(_ raw: UnsafeMutablePointer<GstEvent>) -> Bool {
-        if holdBehindFrames(raw) { return true }
-        waitForHeldFrames()
-        return false
+    /// The async path, if that is the mode (its events and queries are its own).
+    private var asyncPath: AsyncPath? {
+        if case let .async(path)? = currentPath { return path }
+        return nil
     }
 
     /// A query, answered by the base class (`parent`): in async mode with a delay, DRAIN first lets
@@ -656,9 +553,8 @@ final class MatteFilter {
     /// may renegotiate, never runs while the release thread renders or pushes a frame.
     func query(direction: GstPadDirection, type: GstQueryType, parent: () -> Bool) -> Bool {
         guard direction == GST_PAD_SINK, type == GST_QUERY_ALLOCATION || type == GST_QUERY_DRAIN,
-              let path = delayedPath else { return parent() }
-        if type == GST_QUERY_DRAIN { _ = drainHeldFrames() }
-        return exclusively(path, parent)
+              let path = asyncPath else { return parent() }
+        return path.query(type, parent: parent)
     }
 
     /// An event from downstream; true when it is ours and ends here (not passed further upstream).
@@ -680,11 +576,9 @@ final class MatteFilter {
     /// Forgets temporal state (FLUSH_STOP, STREAM_START, a new segment).
     private func resetStream(reason: String) {
         DebugLog.log(GST_LEVEL_DEBUG, handle, "reset: \(reason)")
-        let target = stream.withLock { state -> RequestTarget? in
-            state?.forgetTrack()
-            return state?.requestTarget
-        }
-        target?.reset()
+        guard let path = currentPath else { return }
+        path.forgetTrack()
+        path.requestTarget?.reset()
     }
 
     /// Every buffer as it reaches the element, before any QoS decision: counted, and judged by the
@@ -694,21 +588,21 @@ final class MatteFilter {
         let resetAfterMs = snapshot().resetAfterGap
         let timing = control.withLock { $0.live }
         let pipeline = GapRule.Pipeline(live: timing.live, configuredLatency: timing.configuredLatency)
-        let reset = stream.withLock { state -> RequestTarget? in
-            guard let state else { return nil }
-            state.framesSubmitted += 1
-            switch state.gaps.arrive(arrival, resetAfterMs: resetAfterMs, pipeline: pipeline) {
+        guard let path = currentPath else { return }
+        let reset = path.withCore { core -> Bool in
+            core.framesSubmitted += 1
+            switch core.gaps.arrive(arrival, resetAfterMs: resetAfterMs, pipeline: pipeline) {
             case let .reset(reason):
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "reset at pts \(pts): \(reason)")
-                return state.requestTarget
+                return true
             case let .kept(reason):
                 DebugLog.log(GST_LEVEL_DEBUG, handle, "pts \(pts): \(reason): no silence upstream, the track continues")
             case .continues:
                 if arrival.isDiscont { DebugLog.log(GST_LEVEL_LOG, handle, "DISCONT at pts \(pts): a gap, the track continues") }
             }
-            return nil
+            return false
         }
-        reset?.reset()
+        if reset { path.requestTarget?.reset() }
     }
 
     /// The pipeline's latency, from the LATENCY event (a live pipeline sends it when it configures).
@@ -786,13 +680,13 @@ final class MatteFilter {
     func keepsMeta(tags: [String]) -> Bool {
         guard !tags.isEmpty else { return false }
         var valid: Set<String> = ["video", "size", "orientation"]
-        if stream.withLock({ $0?.output }) != .alpha { valid.insert("colorspace") }
+        if currentPath?.withCore({ $0.output }) != .alpha { valid.insert("colorspace") }
         return tags.allSatisfy(valid.contains)
     }
 
     /// Frames submitted and processed so far (QoS message statistics).
     var frameCounts: (submitted: UInt, processed: UInt) {
-        stream.withLock { state in state.map { ($0.framesSubmitted, $0.framesProcessed) } ?? (0, 0) }
+        currentPath?.withCore { ($0.framesSubmitted, $0.framesProcessed) } ?? (0, 0)
     }
 
     /// How many frames async mode may hold with a delay: `async-max-frames`, or with 0 (auto) the

@@ -9,95 +9,206 @@ enum NegotiatedOutput: Equatable {
     case composite(CompositeFormat)
 }
 
-/// How frames go through the element, chosen at `start` by `mode` (a READY-only property): each
-/// path owns only its own buffers and steps.
+/// What every path keeps of its stream, under the path's own lock: the buffers counted, the gap
+/// rule, and what was negotiated.
+struct StreamCore {
+    var framesSubmitted: UInt = 0
+    var framesProcessed: UInt = 0
+    /// The buffers seen so far, for the gap rule.
+    var gaps = GapRule()
+    var output = NegotiatedOutput.alpha
+    var size: (width: Int, height: Int)?
+}
+
+/// The counters a frame's end reads under its path's lock, for its stats.
+struct FrameCounts {
+    let processed: UInt
+    let submitted: UInt
+    let held: Int
+    let engine: MattingEngine?
+    let isAsync: Bool
+}
+
+/// How frames go through the element, chosen at `start` by `mode` (a READY-only property): each path
+/// owns its state behind its own lock and answers the per-vfunc calls of its mode; `MatteFilter`
+/// asks which path runs once per vfunc and keeps negotiation, properties and the reset policy.
 enum FramePath {
     /// Every frame waits for its own alpha, made on the streaming thread (`transform`).
     case sync(SyncPath)
     /// Inference on a thread of its own; frames are queued and leave with the newest alpha.
     case async(AsyncPath)
-}
 
-/// mode=sync: what the streaming thread works with, outside the path lock (only that thread runs
-/// `transform`, and the base class calls it nowhere else): the alpha a composite is made from (GRAY8
-/// output is written by the engine directly), the compositor and the engine's report of the frame.
-final class SyncPath {
-    var alphaPlane: [UInt8] = []
-    var compositor = Compositor()
-    var report: FrameReport
-
-    init(modelCount: Int) { report = FrameReport(modelCount: modelCount) }
-}
-
-/// mode=async: the inference thread, the frames waiting to leave and the release thread's flags,
-/// guarded by the path lock (`MatteFilter.stream`); what the streaming thread and the rendering
-/// thread each work with outside the lock hangs off it (`estimator`, `renderer`).
-final class AsyncPath {
-    /// The inference thread (which owns the engine while it runs), made for each negotiated size.
-    var matting: AsyncMatting?
-    /// The negotiated input, for the inference thread's read-only map of a frame.
-    var inputInfo = GstVideoInfo()
-    var queue: [QueuedFrame] = []
-    var delayMs = 0.0
-    /// async-delay > 0: the thread that lets frames go on their own deadline, and the bound on
-    /// the queue (`async-max-frames`). Releasers of earlier sizes, retired, are joined at `stop`.
-    var releaser: FrameReleaser?
-    var retired: [FrameReleaser] = []
-    var maxHeld = 1
-    /// EOS or new caps: every held frame leaves now, whatever its deadline.
-    var draining = false
-    /// Sticky events (tags) that waited behind frames a flush forgot: a pad keeps its sticky events
-    /// across a flush, so they still go on, before the next frame (or EOS).
-    var stickyAfterFlush: [OwnedEvent] = []
-    /// The inference thread failed (its error is on the bus): streaming stops.
-    var failed = false
-    // The release thread's flags (see FrameReleaser).
-    /// Something changed that may let a frame go sooner (a new frame, an alpha, a drain, the end of
-    /// a renegotiation or a flush): the release thread looks again.
-    var poked = false
-    /// FLUSH_START to FLUSH_STOP: nothing leaves, waiters give up.
-    var flushing = false
-    /// A frame taken from the queue and not yet pushed (the queue alone does not say "all gone").
-    var pushing = false
-    /// The streaming thread renegotiates (or pushes sticky events, answers ALLOCATION): no frame is
-    /// produced or pushed meanwhile, so that a frame is made and pushed under one set of caps.
-    var renegotiating = false
-    /// The flow of the last push that failed (not OK nor FLUSHING), for the streaming thread.
-    var downstreamFlow: GstFlowReturn?
-    /// A track reset counts up: frames queued before it are rendered without the motion of the old
-    /// track (the renderer starts its motion over at a frame of a newer count).
-    var track = 0
-    /// The streaming thread's own (outside the lock): alignment=motion's estimate of each new frame's
-    /// motion, which travels to the renderer with the frame.
-    var estimator: MotionCarry?
-    /// The rendering thread's own (outside the lock): the release thread with async-delay, else the
-    /// streaming thread. Made for each size.
-    var renderer: AsyncRenderer?
-
-    /// Stops the inference thread of the previous size, if any, and retires its releaser (which
-    /// ends itself: it is not waited for under the path lock, which it takes); returns the thread to
-    /// stop, for the caller to stop once the lock is released (it may be finishing an inference).
-    func retire() -> AsyncMatting? {
-        defer { matting = nil }
-        if let releaser {
-            retired.append(releaser)
-            poked = true  // (it sees it was retired and ends)
+    /// The state every path keeps, under the path's lock.
+    func withCore<Result>(_ body: (inout StreamCore) -> Result) -> Result {
+        switch self {
+        case let .sync(path): return path.state.withLock { body(&$0.core) }
+        case let .async(path): return path.state.withLock { body(&$0.core) }
         }
-        releaser = nil
-        return matting
     }
 
-    /// Every release thread, to end and wait for (at `stop`, outside the path lock).
-    func stopReleasers() -> [FrameReleaser] {
-        defer { retired.removeAll() }
-        return retired + (releaser.map { [$0] } ?? [])
+    /// Where a reset or a reseed goes now: the inference thread while it owns the engine, else the
+    /// engine (nil before it exists). Acted on outside the lock.
+    var requestTarget: RequestTarget? {
+        switch self {
+        case let .sync(path): return path.engines.loaded.map(RequestTarget.engine)
+        case let .async(path): return path.requestTarget
+        }
     }
+
+    /// Forgets the buffers seen and starts a new motion track (a new stream, a seek); the engine's
+    /// reset goes to `requestTarget`.
+    func forgetTrack() {
+        switch self {
+        case let .sync(path): path.state.withLock { $0.core.gaps.forget() }
+        case let .async(path): path.forgetTrack()
+        }
+    }
+}
+
+/// The engine, or the inference thread that owns it, for a reset or reseed.
+enum RequestTarget {
+    case engine(MattingEngine)
+    case matting(AsyncMatting)
+
+    func apply(seed: SeedSource?, reseed: SeedSource??) {
+        switch self {
+        case let .matting(matting):
+            if let seed { matting.replaceSeed(seed) }
+            if let reseed { matting.reseed(reseed) }
+        case let .engine(engine):
+            if let seed { engine.replaceSeed(seed) }
+            if let reseed { engine.reseed(reseed) }
+        }
+    }
+
+    func reset() {
+        switch self {
+        case let .matting(matting): matting.reset()
+        case let .engine(engine): engine.reset()
+        }
+    }
+}
+
+/// mode=sync: every frame's alpha made on the streaming thread, in `transform`. Its lock guards
+/// only what other threads read (`StreamCore`); the engine, the alpha plane, the compositor and
+/// the engine's report are the streaming thread's, used outside the lock (only that thread runs
+/// `transform`, negotiation and the serialized events that reset or reseed).
+final class SyncPath {
+    struct State {
+        var core = StreamCore()
+    }
+
+    unowned let filter: MatteFilter
+    let engines: EngineSlot
+    let state: Locked<State>
+    // The streaming thread's own.
+    private var alphaPlane: [UInt8] = []
+    private var compositor = Compositor()
+    private var report: FrameReport
+
+    init(filter: MatteFilter, engines: EngineSlot, waits: WaitClock) {
+        self.filter = filter
+        self.engines = engines
+        state = Locked(State(), waits: waits)
+        report = FrameReport(modelCount: engines.loaded?.modelNames.count ?? 0)
+    }
+
+    /// New caps: the same size keeps the track; another size warms the engine up at it now (warmUp
+    /// resets it; one run gives the first latency estimate, in ms), after the lock.
+    func negotiated(_ output: NegotiatedOutput, width: Int, height: Int) -> SizeOutcome {
+        let same = state.withLock { state -> Bool in
+            state.core.output = output
+            if let size = state.core.size, size == (width, height) { return true }
+            state.core.size = nil
+            state.core.gaps.forget()
+            return false
+        }
+        if same { return .sameSize }
+        alphaPlane = [UInt8](repeating: 0, count: width * height)
+        do {
+            let ms = try engines.get().warmUp(width: width, height: height)
+            state.withLock { $0.core.size = (width, height) }
+            return .started(warmUpMs: ms)
+        } catch {
+            return .failed(error)
+        }
+    }
+
+    /// The frame's own alpha, made now, and its output.
+    func transform(input: VideoFrameView, output destination: VideoFrameView) -> GstFlowReturn {
+        var posts: [Post] = []
+        defer { for post in posts { filter.deliver(post) } }
+        let output = state.withLock { $0.core.output }
+        guard let engine = engines.loaded else { return GST_FLOW_NOT_NEGOTIATED }
+        if let problem = input.layoutProblem(bytesPerPixel: 4) ?? destination.layoutProblem(bytesPerPixel: output == .alpha ? 1 : 4) {
+            posts.append(.error(ElementError.streamFormat(problem)))
+            return GST_FLOW_ERROR
+        }
+        let requests = filter.takeFrameRequests(pts: input.pts)
+        RequestTarget.engine(engine).apply(seed: requests.seed, reseed: requests.reseed)
+        let current = filter.snapshot()
+        let start = monotonicMs()
+        report.clear()
+        let frame = input.bgra
+        do {
+            switch output {
+            case .alpha:
+                try engine.matte(frame, into: destination.gray, report: &report)
+            case .composite:
+                try alphaPlane.withUnsafeMutableBufferPointer { plane in
+                    let alpha = GrayImage(base: plane.baseAddress!, width: frame.width, height: frame.height, stride: frame.width)
+                    try engine.matte(frame, into: alpha, report: &report)
+                }
+                let compositeStart = monotonicMs()
+                GrayView.of(alphaPlane, width: frame.width, height: frame.height) { alpha in
+                    filter.render(frame, alpha: alpha, into: destination, output: output, compositor: &compositor, settings: current)
+                }
+                report.postprocessMs += monotonicMs() - compositeStart
+            }
+        } catch {
+            posts += report.notices.map(Post.notice)
+            posts.append(.error(error))
+            return GST_FLOW_ERROR
+        }
+        posts += report.notices.map(Post.notice)
+        let totalMs = monotonicMs() - start
+        let counts = state.withLock { state in
+            state.core.finishFrame(held: 0, engine: engine, isAsync: false)
+        }
+        // Seeding (the warm-up passes) happens once; it is reported as seed-ms, and that frame is no
+        // sample of what a frame costs.
+        filter.endFrame(MatteFilter.FrameEnd(pts: input.pts, costMs: totalMs, isLatencySample: !(report.seedMs > 0),
+                                             events: report.events, report: report),
+                        counts: counts, settings: current, posts: &posts)
+        DebugLog.log(GST_LEVEL_LOG, filter.handle, "frame \(counts.processed) pts \(input.pts): \(totalMs) ms, "
+                     + "seeded \(report.seeded), memory frames \(report.memoryFrames)")
+        return GST_FLOW_OK
+    }
+}
+
+extension StreamCore {
+    /// A frame left: counted, and the gap rule told when the element was done with it.
+    mutating func finishFrame(held: Int, engine: MattingEngine?, isAsync: Bool) -> FrameCounts {
+        framesProcessed += 1
+        gaps.finished(atMs: monotonicMs())
+        return FrameCounts(processed: framesProcessed, submitted: framesSubmitted, held: held, engine: engine, isAsync: isAsync)
+    }
+}
+
+/// What new caps did to the stream (`setInfo`).
+enum SizeOutcome {
+    /// The size the track runs at: it continues.
+    case sameSize
+    /// A new size, its models warmed up in this long (0: async, the inference thread will).
+    case started(warmUpMs: Double)
+    case failed(Error)
 }
 
 /// What renders the frames of async mode, used by one thread at a time outside the path lock (the
 /// release thread with async-delay, else the streaming thread): the motion of the frames that left
 /// (each frame brings its own step), the newest alpha used at the carry size (made once per alpha),
-/// the plane a carried alpha is written to, the `no-person-alpha` plane and the compositor.
+/// the plane a carried alpha is written to, the `no-person-alpha` plane, the compositor and the
+/// report of the alpha last used.
 final class AsyncRenderer {
     let motion: MotionCarry
     var track = 0
@@ -144,83 +255,4 @@ struct QueuedFrame {
     var motionMs = 0.0
     var track = 0
     var followingEvents: [OwnedEvent] = []
-}
-
-/// Per-stream state: created in `start`, completed in `setInfo` for the negotiated caps, dropped in
-/// `stop`. Only reached under `MatteFilter.stream`'s lock (the path lock); the objects a path
-/// works with outside it are named in SyncPath and AsyncPath.
-final class StreamState {
-    let engines: EngineSlot
-    /// The engine, nil while the inference thread of async mode is still making it.
-    var engine: MattingEngine? { engines.loaded }
-    let path: FramePath
-    var framesSubmitted: UInt = 0
-    var framesProcessed: UInt = 0
-    /// The buffers seen so far, for the gap rule.
-    var gaps = GapRule()
-    // Negotiated (setInfo).
-    var output = NegotiatedOutput.alpha
-    var size: (width: Int, height: Int)?
-
-    init(engines: EngineSlot, mode: MatteMode) {
-        self.engines = engines
-        path = mode == .async ? .async(AsyncPath()) : .sync(SyncPath(modelCount: engines.loaded?.modelNames.count ?? 0))
-    }
-
-    /// The async path once its inference thread runs (after the first caps), else nil: frames then
-    /// take the base class's way (`transform`).
-    var running: (path: AsyncPath, matting: AsyncMatting)? {
-        guard case let .async(path) = path, let matting = path.matting else { return nil }
-        return (path, matting)
-    }
-
-    var asyncPath: AsyncPath? {
-        if case let .async(path) = path { return path }
-        return nil
-    }
-
-    /// Frames held in async mode, not yet gone (neither processed nor dropped).
-    var framesHeld: Int { asyncPath?.queue.count ?? 0 }
-
-    /// Where what was asked for since the last frame goes (a seed mask set while playing, a reseed,
-    /// a reset): the inference thread while it owns the engine, else the engine. Called under the
-    /// path lock, acted on after it (the engine's own calls are model-free but not lock-free).
-    var requestTarget: RequestTarget? {
-        if let (_, matting) = running { return .matting(matting) }
-        return engine.map(RequestTarget.engine)
-    }
-
-    /// Forgets the buffers seen and starts a new motion track (a new stream, a seek, new caps);
-    /// the engine's reset goes to `requestTarget`.
-    func forgetTrack() {
-        gaps.forget()
-        if let path = asyncPath {
-            path.track += 1
-            path.estimator?.reset()
-        }
-    }
-}
-
-/// The engine, or the inference thread that owns it, for a reset or reseed.
-enum RequestTarget {
-    case engine(MattingEngine)
-    case matting(AsyncMatting)
-
-    func apply(seed: SeedSource?, reseed: SeedSource??) {
-        switch self {
-        case let .matting(matting):
-            if let seed { matting.replaceSeed(seed) }
-            if let reseed { matting.reseed(reseed) }
-        case let .engine(engine):
-            if let seed { engine.replaceSeed(seed) }
-            if let reseed { engine.reseed(reseed) }
-        }
-    }
-
-    func reset() {
-        switch self {
-        case let .matting(matting): matting.reset()
-        case let .engine(engine): engine.reset()
-        }
-    }
 }
