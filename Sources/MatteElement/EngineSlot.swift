@@ -4,41 +4,71 @@ import MatteEngine
 /// A stream's engine: made at start in sync mode (files want every frame matted), or on the
 /// inference thread's first frame in async mode, so that frames leave at once while models load.
 /// Made once: a failure is kept and thrown again, and a later caps change reuses the engine made.
+/// The models load with no lock held: a second caller (the inference thread of a new size while
+/// the old one still loads) waits on the slot's condition for that load instead of starting its own.
 final class EngineSlot {
-    /// Guards `engine` and `failure` for quick reads (the streaming thread's stats read the engine
-    /// while it is being made); `making` serialises the makers, held for the whole load.
-    private let lock = NSLock()
-    private let making = NSLock()
-    private var engine: MattingEngine?
-    private var failure: Error?
+    private enum State {
+        case notMade
+        /// A caller is making it now; others wait for the outcome.
+        case making
+        case made(MattingEngine)
+        case failed(Error)
+    }
+
+    /// What `get` does once it has looked, under the lock.
+    private enum Step {
+        case use(MattingEngine)
+        case fail(Error)
+        case make
+    }
+
+    private let state: Locked<State>
     private let make: () throws -> MattingEngine
 
     /// An engine already made.
     init(_ engine: MattingEngine) {
-        self.engine = engine
+        state = Locked(.made(engine))
         make = { engine }
     }
 
     /// An engine that `make` will make on first use.
-    init(making make: @escaping () throws -> MattingEngine) { self.make = make }
+    init(making make: @escaping () throws -> MattingEngine) {
+        state = Locked(.notMade)
+        self.make = make
+    }
 
     /// The engine once made, nil before (or after a failure).
-    var loaded: MattingEngine? { lock.withLock { engine } }
+    var loaded: MattingEngine? {
+        state.withLock { state in
+            if case let .made(engine) = state { return engine }
+            return nil
+        }
+    }
 
-    /// The engine, made now if it was not yet (on the caller's thread; concurrent callers wait).
+    /// The engine, made now on the caller's thread if it was not yet (concurrent callers wait).
     func get() throws -> MattingEngine {
-        making.lock()
-        defer { making.unlock() }
-        let (made, failed) = lock.withLock { (engine, failure) }
-        if let made { return made }
-        if let failed { throw failed }
-        do {
-            let made = try make()
-            lock.withLock { engine = made }
-            return made
-        } catch {
-            lock.withLock { failure = error }
-            throw error
+        let step = state.wait { state -> Step? in
+            switch state {
+            case let .made(engine): return .use(engine)
+            case let .failed(error): return .fail(error)
+            case .making: return nil
+            case .notMade:
+                state = .making
+                return .make
+            }
+        }!  // (no deadline: wait returns only with a step)
+        switch step {
+        case let .use(engine): return engine
+        case let .fail(error): throw error
+        case .make:
+            do {
+                let made = try make()
+                state.update { $0 = .made(made) }
+                return made
+            } catch {
+                state.update { $0 = .failed(error) }
+                throw error
+            }
         }
     }
 }
