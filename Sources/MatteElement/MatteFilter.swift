@@ -193,7 +193,7 @@ final class MatteFilter {
     func stop() -> Bool {
         // The threads end outside any lock of the element's: they may be finishing a frame.
         if case let .async(path)? = control.withLock({ $0.path.take() }) { path.stop() }
-        control.withLock { control in
+        control.update { control in
             control.reseed = ReseedRequests(pending: nil, seed: nil, count: control.reseed.count + 1)
         }
         return true
@@ -318,11 +318,11 @@ final class MatteFilter {
     /// loading after a newer request is not used.
     func requestReseed(maskPath: String?, serialized: Bool = false) {
         DebugLog.log(GST_LEVEL_INFO, handle, "reseed requested" + (maskPath.map { " with mask \($0)" } ?? ""))
-        let load = serialized ? maskPath.map { MaskLoad(path: $0) } : nil
-        let ticket = control.withLock { control -> Int in
+        // (update: a frame waiting for a mask this request supersedes stops waiting.)
+        let ticket = control.update { control -> Int in
             control.reseed.count += 1
-            if let load {
-                control.reseed.pending = .loading(load)
+            if serialized, let maskPath {
+                control.reseed.pending = .loading(MaskLoad(path: maskPath, ticket: control.reseed.count))
             } else if maskPath == nil {
                 control.reseed.pending = .ready(nil)
             } else if case .loading = control.reseed.pending {
@@ -341,13 +341,12 @@ final class MatteFilter {
             } catch {
                 ErrorMapping.postWarning("reseed ignored the mask: \(error)", on: handle)
             }
-            let newest = control.withLock { control -> Bool in
+            // (update: the frame waiting for this load finds it.)
+            let newest = control.update { control -> Bool in
                 guard control.reseed.count == ticket else { return false }
                 control.reseed.pending = .ready(source)
                 return true
             }
-            // (After the pending reseed is set: the frame waiting for this load then finds it.)
-            load?.finish()
             if !newest { DebugLog.log(GST_LEVEL_DEBUG, handle, "mask \(maskPath) loaded after a newer reseed request: not used") }
         }
     }
@@ -357,11 +356,23 @@ final class MatteFilter {
     /// stream, and the reseed then happens on the first frame after the load.
     static let reseedMaskWaitMs = 1000
 
-    /// Before a frame: when a serialized reseed's mask is still loading, waits for it (bounded, no
-    /// lock held), so that the frame right after the event is the one reseeded.
+    /// Before a frame: when a serialized reseed's mask is still loading, waits for it (bounded, on
+    /// the control lock's condition, which is released meanwhile), so that the frame right after
+    /// the event is the one reseeded. One frame waits for a load, not every frame while it is slow.
     func awaitReseedMask() {
-        guard let load = control.withLock({ $0.reseed.pending?.loadToAwait }) else { return }
-        guard !load.wait(ms: Self.reseedMaskWaitMs) else { return }
+        guard let load = control.withLock({ control -> MaskLoad? in
+            guard case var .loading(load) = control.reseed.pending, !load.waited else { return nil }
+            load.waited = true
+            control.reseed.pending = .loading(load)
+            return load
+        }) else { return }
+        let deadlineMs = monotonicMs() + Double(Self.reseedMaskWaitMs)
+        let over = control.wait(deadlineMs: deadlineMs) { control -> Bool? in
+            // Over: loaded (ready), taken, or replaced by a newer request.
+            if case let .loading(pending) = control.reseed.pending, pending.ticket == load.ticket { return nil }
+            return true
+        } ?? false
+        guard !over else { return }
         ErrorMapping.postWarning("reseed mask \(load.path) took longer than \(Self.reseedMaskWaitMs) ms to load: "
                                  + "the reseed comes on the first frame after it has loaded, not on the frame after the event",
                                  on: handle)
