@@ -126,7 +126,8 @@ final class AsyncPath {
     /// under the lock; the previous size's thread is stopped, and the new ones started, after it.
     func negotiated(_ output: NegotiatedOutput, input: GstVideoInfo, settings current: Settings) -> SizeOutcome {
         let width = Int(input.width), height = Int(input.height)
-        let started = state.withLock { state -> (previous: AsyncMatting?, AsyncMatting, FrameReleaser?)? in
+        // (update: the retired release thread, asleep with nothing to do, wakes and ends now.)
+        let started = state.update { state -> (previous: AsyncMatting?, AsyncMatting, FrameReleaser?)? in
             state.core.output = output
             state.inputInfo = input
             if let size = state.core.size, size == (width, height) { return nil }
@@ -193,7 +194,8 @@ final class AsyncPath {
             // What went wrong downstream stops upstream; a full queue holds it back.
             if let flow = state.withLock({ $0.takeDownstreamFlow() }) { return flow }
             let room = state.wait { [handle] state -> Bool? in
-                guard state.delayed else { return true }
+                // (Failed: the queue was emptied; `enqueue` returns the error.)
+                guard state.delayed, !state.failed else { return true }
                 if state.flushing || handle.sourceIsFlushing { return false }
                 return state.queue.count < state.maxHeld ? true : nil
             } ?? false
@@ -410,7 +412,9 @@ final class AsyncPath {
             matting.waitForAlpha(of: head, timeoutMs: AsyncPath.quickWaitMs)
         }
         var posts: [Post] = []
-        let next = state.withLock { state in departure(&state, draining: draining, posts: &posts).departing }
+        // (update: a departure changes the queue, which the threads waiting for room or for the held
+        // frames to go look at.)
+        let next = state.update { state in departure(&state, draining: draining, posts: &posts).departing }
         for post in posts { filter.deliver(post) }
         return next
     }
@@ -461,7 +465,9 @@ final class AsyncPath {
         FrameReleaser(
             next: { [unowned self] releaser in
                 var posts: [Post] = []
-                let step = state.withLock { state -> FrameReleaser.Step in
+                // (update: a departure changes the queue, or empties it when inference failed, which
+                // the streaming thread may be waiting on: room in the queue, the held frames gone.)
+                let step = state.update { state -> FrameReleaser.Step in
                     guard !state.stopped, state.releaser === releaser else { return .retire }
                     state.poked = false
                     // (FLUSH_STOP forgets them; a renegotiation lets them go once it is over.)

@@ -3,6 +3,8 @@ import CGstCheck
 import Foundation
 import Testing
 @testable import MatteElement
+import MatteEngine
+import MattePixels
 import TestPaths
 
 /// `async-delay` keeps time: held frames leave on their own deadline (a thread of the element's, not
@@ -162,6 +164,46 @@ import TestPaths
         }
     }
 
+    /// Inference fails while upstream waits for room at `async-max-frames`: the held frames are
+    /// dropped, and the waiting push returns the error instead of waiting for good (the release
+    /// thread that empties the queue wakes the streaming thread; before, that wake-up could be
+    /// lost, a hang that even a state change could not end).
+    @Test func aFailedInferenceEndsTheWaitForRoom() throws {
+        precondition(gstreamerReady)
+        let name = "delay-failure"
+        EngineWrappers.set({ FailingEngine($0, frameMs: 300, failAt: 2) }, forElementNamed: name)
+        defer { EngineWrappers.set(nil, forElementNamed: name) }
+        let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async async-delay=5000 async-max-frames=2")!
+        defer { gst_harness_teardown(harness) }
+        EngineWrappers.inject(into: harness.pointee.element)
+        gst_harness_set_src_caps_str(harness, caps)
+        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
+        let flow = Locked(GST_FLOW_OK), pushed = Locked(0)
+        let done = DispatchSemaphore(value: 0)
+        let address = Int(bitPattern: UnsafeMutableRawPointer(harness))
+        let pusher = Thread {
+            let harness = UnsafeMutableRawPointer(bitPattern: address)!.assumingMemoryBound(to: GstHarness.self)
+            for index in 0..<12 {
+                let result = gst_harness_push(harness, frame(index))
+                flow.withLock { $0 = result }
+                if result != GST_FLOW_OK { break }
+                pushed.withLock { $0 += 1 }
+            }
+            done.signal()
+        }
+        pusher.start()
+        Thread.sleep(forTimeInterval: 0.2)  // (before inference fails, at 0.6 s)
+        #expect(pushed.withLock { $0 } == 2, "the third push waits for room")
+        let returned = done.wait(timeout: .now() + 15) == .success
+        #expect(returned, "the push waiting for room never returned after inference failed")
+        if !returned {
+            // (Frees the stuck push, so that the teardown does not hang as well.)
+            _ = gst_pad_push_event(harness.pointee.srcpad, gst_event_new_flush_start())
+            _ = done.wait(timeout: .now() + 5)
+        }
+        #expect(flow.withLock { $0 } == GST_FLOW_ERROR)
+    }
+
     /// At `async-max-frames` upstream waits (no frame is dropped) until the oldest leaves.
     @Test func upstreamWaitsAtTheBound() throws {
         // (Inference outlasts the delay: no frame leaves early with its own alpha.)
@@ -251,4 +293,40 @@ private let recordOrder: GstPadProbeCallback = { _, info, data in
         }
     }
     return GST_PAD_PROBE_OK
+}
+
+/// A real engine whose `failAt`-th frame (1-based) fails as a model can, each taking `frameMs`.
+private final class FailingEngine: MattingEngine {
+    let inner: MattingEngine
+    let frameMs: Double, failAt: Int
+    private let frames = Locked(0)
+
+    init(_ inner: MattingEngine, frameMs: Double, failAt: Int) {
+        self.inner = inner
+        self.frameMs = frameMs
+        self.failAt = failAt
+    }
+
+    var kind: EngineKind { inner.kind }
+    var precision: ModelPrecision { inner.precision }
+    var modelNames: [String] { inner.modelNames }
+    var provider: ExecutionProvider { inner.provider }
+    var providerNote: String? { inner.providerNote }
+    var dataOnDevice: Bool { inner.dataOnDevice }
+
+    func reset() { inner.reset() }
+    func reseed(_ source: SeedSource?) { inner.reseed(source) }
+    func replaceSeed(_ source: SeedSource) { inner.replaceSeed(source) }
+
+    func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        let index = frames.withLock { count -> Int in
+            count += 1
+            return count
+        }
+        Thread.sleep(forTimeInterval: frameMs / 1000)
+        if index >= failAt { throw EngineError.inference(detail: "test: frame \(index) fails") }
+        try inner.matte(frame, into: alpha, report: &report)
+    }
+
+    func warmUp(width: Int, height: Int) throws -> Double { try inner.warmUp(width: width, height: height) }
 }
