@@ -296,29 +296,17 @@ private let recordOrder: GstPadProbeCallback = { _, info, data in
 }
 
 /// A real engine whose `failAt`-th frame (1-based) fails as a model can, each taking `frameMs`.
-private final class FailingEngine: MattingEngine {
-    let inner: MattingEngine
+private final class FailingEngine: ForwardingEngine {
     let frameMs: Double, failAt: Int
     private let frames = Locked(0)
 
     init(_ inner: MattingEngine, frameMs: Double, failAt: Int) {
-        self.inner = inner
         self.frameMs = frameMs
         self.failAt = failAt
+        super.init(inner)
     }
 
-    var kind: EngineKind { inner.kind }
-    var precision: ModelPrecision { inner.precision }
-    var modelNames: [String] { inner.modelNames }
-    var provider: ExecutionProvider { inner.provider }
-    var providerNote: String? { inner.providerNote }
-    var dataOnDevice: Bool { inner.dataOnDevice }
-
-    func reset() { inner.reset() }
-    func reseed(_ source: SeedSource?) { inner.reseed(source) }
-    func replaceSeed(_ source: SeedSource) { inner.replaceSeed(source) }
-
-    func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+    override func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         let index = frames.withLock { count -> Int in
             count += 1
             return count
@@ -327,6 +315,4 @@ private final class FailingEngine: MattingEngine {
         if index >= failAt { throw EngineError.inference(detail: "test: frame \(index) fails") }
         try inner.matte(frame, into: alpha, report: &report)
     }
-
-    func warmUp(width: Int, height: Int) throws -> Double { try inner.warmUp(width: width, height: height) }
 }

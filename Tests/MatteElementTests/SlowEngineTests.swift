@@ -7,23 +7,12 @@ import MatteEngine
 import TestPaths
 import MattePixels
 
-/// A real engine made slow on purpose: the first frame of a track takes `seedMs` (as a MatAnyone2
-/// seed with its warm-up passes does on a slow CPU), every other frame `frameMs`. Counts the seeds,
-/// that is the tracks the element started.
-final class SlowEngine: MattingEngine {
+/// A real engine behind a test's wrapper: every call forwarded to it; a test's engine overrides
+/// what it changes.
+class ForwardingEngine: MattingEngine {
     let inner: MattingEngine
-    let seedMs: Double, frameMs: Double
-    private let lock = NSLock()
-    private var tracking = false
-    private var seedCount = 0
 
-    init(_ inner: MattingEngine, seedMs: Double, frameMs: Double) {
-        self.inner = inner
-        self.seedMs = seedMs
-        self.frameMs = frameMs
-    }
-
-    var seeds: Int { lock.withLock { seedCount } }
+    init(_ inner: MattingEngine) { self.inner = inner }
 
     var kind: EngineKind { inner.kind }
     var precision: ModelPrecision { inner.precision }
@@ -32,12 +21,38 @@ final class SlowEngine: MattingEngine {
     var providerNote: String? { inner.providerNote }
     var dataOnDevice: Bool { inner.dataOnDevice }
 
-    func reset() {
+    func reset() { inner.reset() }
+    func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        try inner.matte(frame, into: alpha, report: &report)
+    }
+    func reseed(_ source: SeedSource?) { inner.reseed(source) }
+    func replaceSeed(_ source: SeedSource) { inner.replaceSeed(source) }
+    func warmUp(width: Int, height: Int) throws -> Double { try inner.warmUp(width: width, height: height) }
+}
+
+/// A real engine made slow on purpose: the first frame of a track takes `seedMs` (as a MatAnyone2
+/// seed with its warm-up passes does on a slow CPU), every other frame `frameMs`. Counts the seeds,
+/// that is the tracks the element started.
+final class SlowEngine: ForwardingEngine {
+    let seedMs: Double, frameMs: Double
+    private let lock = NSLock()
+    private var tracking = false
+    private var seedCount = 0
+
+    init(_ inner: MattingEngine, seedMs: Double, frameMs: Double) {
+        self.seedMs = seedMs
+        self.frameMs = frameMs
+        super.init(inner)
+    }
+
+    var seeds: Int { lock.withLock { seedCount } }
+
+    override func reset() {
         lock.withLock { tracking = false }
         inner.reset()
     }
 
-    func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+    override func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
         let seeding = lock.withLock { () -> Bool in
             defer { tracking = true }
             if !tracking { seedCount += 1 }
@@ -48,14 +63,12 @@ final class SlowEngine: MattingEngine {
         if seeding { report.seedMs = seedMs }  // as MatAnyone2 reports its seed: no sample of a frame's cost
     }
 
-    func reseed(_ source: SeedSource?) {
+    override func reseed(_ source: SeedSource?) {
         lock.withLock { tracking = false }
         inner.reseed(source)
     }
 
-    func replaceSeed(_ source: SeedSource) { inner.replaceSeed(source) }
-
-    func warmUp(width: Int, height: Int) throws -> Double {
+    override func warmUp(width: Int, height: Int) throws -> Double {
         Thread.sleep(forTimeInterval: frameMs / 1000)
         return try inner.warmUp(width: width, height: height) + frameMs
     }
