@@ -10,6 +10,10 @@ import TestPaths
 struct LiveRun {
     var elementDrops = 0
     var sinkDrops = 0
+    /// The sink's drops reported before the stats of the third processed frame: the frames in flight
+    /// while the pipeline first configures its latency (stats go out before the frame is pushed, so
+    /// the first two frames' drops are among them).
+    var sinkDropsAtStart = 0
     var processed = 0
     var stats: [[String: String]] = []
     /// For each stats message: how far the frame's pts (its running time, for a source whose segment
@@ -53,7 +57,10 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
             var processed: guint64 = 0, dropped: guint64 = 0
             gst_message_parse_qos_stats(message, &format, &processed, &dropped)
             if source == element { run.elementDrops = max(run.elementDrops, Int(dropped)) }
-            if source == "sink" { run.sinkDrops = max(run.sinkDrops, Int(dropped)) }
+            if source == "sink" {
+                run.sinkDrops = max(run.sinkDrops, Int(dropped))
+                if run.processed <= 2 { run.sinkDropsAtStart = run.sinkDrops }
+            }
         case GST_MESSAGE_ELEMENT:
             guard let structure = gst_message_get_structure(message),
                   String(cString: gst_structure_get_name(structure)) == "matanyone-stats" else { break }
@@ -82,20 +89,30 @@ func collectLive(_ pipeline: UnsafeMutablePointer<GstElement>, _ bus: UnsafeMuta
         "matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" working-size=144 warmup=0 seed=mask "
             + "seed-mask=\"\(data)/test-sample2-mask-512x288.png\" stats-interval=1"
     }
-    let liveSource = "videotestsrc is-live=true pattern=ball num-buffers=150 ! video/x-raw,format=BGRA,width=640,height=360,framerate=30/1"
+    let liveSource = "videotestsrc is-live=true pattern=ball num-buffers=300 ! video/x-raw,format=BGRA,width=640,height=360,framerate=30/1"
     let videoSink = "fakesink name=sink sync=true max-lateness=20000000 qos=true"
 
     /// MatAnyone2 is slower than the 30 fps source: frames that could only reach the sink late are
-    /// dropped before any work, and what the element does finish reaches the sink in time.
+    /// dropped before any work, and what the element does finish reaches the sink in time. (Ten
+    /// seconds of source: at 5 % a run needs tens of frames for a machine's odd slow frame to fit.)
     @Test func predictiveQoSDropsBeforeWorkNotAfter() {
         let run = runLive("\(liveSource) ! \(matanyone2) ! video/x-raw,format=GRAY8 ! \(videoSink)")
         #expect(run.error == nil, "\(run.error ?? "")")
         #expect(run.reachedEOS)
-        #expect(run.processed >= 5)
+        #expect(run.processed >= 10)
         #expect(run.elementDrops > 0, "a 30 fps source into a slower element must drop")
-        // ≤ 5 %, and in a run this short the one or two frames in flight while the pipeline first
-        // configures its latency.
-        #expect(run.sinkDrops <= max(2, run.processed / 20), "the sink dropped \(run.sinkDrops) of \(run.processed) processed frames")
+        // The pipeline configures its latency only once the first frame reached the sink: the one
+        // or two frames in flight before may be late.
+        #expect(run.sinkDropsAtStart <= 2, "the sink dropped \(run.sinkDropsAtStart) of the first frames")
+        // After that, the latency reported is the 95th percentile of what a frame costs, and a frame
+        // is admitted only when it can be done in time: ≤ 5 % (and at least one) arrive late. Not
+        // under ThreadSanitizer, whose slowdown is neither steady nor what a user runs.
+        let late = run.sinkDrops - run.sinkDropsAtStart
+        print("predictive QoS: \(run.processed) frames processed, \(run.elementDrops) dropped before work, "
+              + "\(run.sinkDropsAtStart) + \(late) late at the sink (first frames + after)")
+        if !underThreadSanitizer {
+            #expect(late <= max(1, run.processed / 20), "the sink dropped \(late) of \(run.processed) processed frames after the first")
+        }
         // The track survived the drops (a DISCONT after each): it seeded once.
         #expect(run.stats.filter { $0["seed-ms"] != nil }.count == 1)
     }

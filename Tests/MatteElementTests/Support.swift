@@ -12,6 +12,10 @@ let gstreamerReady: Bool = {
     return MatAnyonePlugin.registerStatic()
 }()
 
+/// Whether this process runs under ThreadSanitizer (its runtime is linked in): timing bounds there
+/// measure the sanitizer, not the element.
+let underThreadSanitizer = dlsym(nil, "__tsan_init") != nil
+
 extension TestPaths {
     /// The segmenter element with the test model folder (engine=auto would pick MatAnyone2 there).
     static var element: String { "matanyone engine=segmenter model-dir=\"\(modelDir)\"" }
