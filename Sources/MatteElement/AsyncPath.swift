@@ -126,42 +126,45 @@ final class AsyncPath {
     /// under the lock; the previous size's thread is stopped, and the new ones started, after it.
     func negotiated(_ output: NegotiatedOutput, input: GstVideoInfo, settings current: Settings) -> SizeOutcome {
         let width = Int(input.width), height = Int(input.height)
-        // (update: the retired release thread, asleep with nothing to do, wakes and ends now.)
-        let started = state.update { state -> (previous: AsyncMatting?, AsyncMatting, FrameReleaser?)? in
+        // A new size's planes and threads are made before the lock is taken (work outside it): caps
+        // come on the streaming thread, the only one that changes the size, so the size read here
+        // still holds when they are installed.
+        let sameSize = state.withLock { state -> Bool in
             state.core.output = output
             state.inputInfo = input
-            if let size = state.core.size, size == (width, height) { return nil }
-            state.maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.framesPerSecond)
+            return state.core.size.map { $0 == (width, height) } ?? false
+        }
+        if sameSize { return .sameSize }
+        let estimator = MotionCarry(frameWidth: width, frameHeight: height)  // (made whatever alignment says: it may be switched on while playing)
+        let renderer = AsyncRenderer(width: width, height: height, noPersonAlpha: UInt8(current.noPersonAlpha))
+        let maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.framesPerSecond)
+        let matting = AsyncMatting(engines: engines, width: width, height: height)
+        matting.onTrackEvents = { [handle] events, pts in
+            for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
+        }
+        matting.onNotices = { [handle] notices in
+            for notice in notices { ErrorMapping.post(notice, on: handle) }
+        }
+        let delayMs = Double(current.asyncDelay)
+        // Held frames leave on their own deadline, from a thread of their own.
+        let releaser = delayMs > 0 ? makeReleaser() : nil
+        if releaser != nil { matting.onFinished = { [weak self] in self?.poke() } }
+        // (update: the retired release thread, asleep with nothing to do, wakes and ends now.)
+        let (previous, dropped) = state.update { state -> (AsyncMatting?, [QueuedFrame]) in
+            state.maxHeld = maxHeld
             state.core.gaps.forget()
             let previous = state.retire()
-            state.queue.removeAll()  // (frames of the old size left by a drain a flush cut short)
+            defer { state.queue.removeAll() }  // (frames of the old size left by a drain a flush cut short)
             state.core.size = (width, height)
-            state.delayMs = Double(current.asyncDelay)
+            state.delayMs = delayMs
             state.track += 1
-            // (Made whatever alignment says: it may be switched on while playing.)
-            state.estimator = MotionCarry(frameWidth: width, frameHeight: height)
-            state.renderer = AsyncRenderer(width: width, height: height, noPersonAlpha: UInt8(current.noPersonAlpha))
-            let matting = AsyncMatting(engines: engines, width: width, height: height)
-            matting.onTrackEvents = { [handle] events, pts in
-                for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
-            }
-            matting.onNotices = { [handle] notices in
-                for notice in notices { ErrorMapping.post(notice, on: handle) }
-            }
-            var releaser: FrameReleaser?
-            if state.delayMs > 0 {
-                // Held frames leave on their own deadline, from a thread of their own.
-                releaser = makeReleaser()
-                matting.onFinished = { [weak self] in self?.poke() }
-            }
+            state.estimator = estimator
+            state.renderer = renderer
             state.matting = matting
             state.releaser = releaser
-            return (previous, matting, releaser)
+            return (previous, state.queue)
         }
-        guard let (previous, matting, releaser) = started else {
-            DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
-            return .sameSize
-        }
+        withExtendedLifetime(dropped) {}  // (their buffers go back upstream outside the lock)
         previous?.stop()
         matting.start()
         releaser?.start()

@@ -474,6 +474,7 @@ final class MatteFilter {
             ErrorMapping.postError(error, on: handle)
             return false
         case .sameSize:
+            DebugLog.log(GST_LEVEL_DEBUG, handle, "same size: the track continues")
             return true
         case let .started(ms):
             DebugLog.log(GST_LEVEL_DEBUG, handle, "warm-up at \(width)×\(height): \(ms) ms")
