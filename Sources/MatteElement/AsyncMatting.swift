@@ -47,8 +47,14 @@ final class AsyncMatting {
     private var failure: Error?
     private var running = false
     private var thread: Thread?
-    /// Alphas kept for the streaming thread (each a full frame of bytes).
+    /// Alphas kept for the streaming thread (each a full frame of bytes), and the window of the
+    /// inference figures (`medianInferenceMs`, `inferenceFPS`).
     static let kept = 6
+    /// Alphas kept at most: `kept` and one for each frame the element may hold (async-delay). A held
+    /// frame that was inferred reaches the head of the queue up to the delay later, many inferences
+    /// on: with only `kept`, its own alpha was gone by then (seen with async-delay=1500 and 100 ms
+    /// inferences: no frame left with its own). `forgetAlphas(before:)` drops what no frame needs.
+    private let keptAtMost: Int
 
     /// Called on the inference thread with a frame's track events (posting a bus message is thread-safe).
     var onTrackEvents: (([TrackEvent], UInt64) -> Void)?
@@ -57,7 +63,8 @@ final class AsyncMatting {
     /// Called on the inference thread after each inference (an alpha kept, or a failure).
     var onFinished: (() -> Void)?
 
-    init(engines: EngineSlot, width: Int, height: Int) {
+    init(engines: EngineSlot, width: Int, height: Int, heldFrames: Int = 0) {
+        keptAtMost = AsyncMatting.kept + max(heldFrames, 0)
         self.engines = engines
         self.width = width
         self.height = height
@@ -155,7 +162,7 @@ final class AsyncMatting {
     var medianInferenceMs: Double? {
         condition.lock()
         defer { condition.unlock() }
-        let times = finished.map(\.inferenceMs).sorted()
+        let times = finished.suffix(AsyncMatting.kept).map(\.inferenceMs).sorted()
         return times.isEmpty ? nil : times[times.count / 2]
     }
 
@@ -163,8 +170,21 @@ final class AsyncMatting {
     var inferenceFPS: Double {
         condition.lock()
         defer { condition.unlock() }
-        guard finished.count >= 2, let first = finished.first, let last = finished.last, last.finishedMs > first.finishedMs else { return 0 }
-        return Double(finished.count - 1) * 1000 / (last.finishedMs - first.finishedMs)
+        let window = finished.suffix(AsyncMatting.kept)
+        guard window.count >= 2, let first = window.first, let last = window.last, last.finishedMs > first.finishedMs else { return 0 }
+        return Double(window.count - 1) * 1000 / (last.finishedMs - first.finishedMs)
+    }
+
+    /// Forgets the alphas from before `pts` (the oldest frame still to leave) but the newest of them:
+    /// to that frame and every later one, it is closer than any older. The last `kept` stay (the
+    /// inference figures' window).
+    func forgetAlphas(before pts: UInt64) {
+        condition.lock()
+        defer { condition.unlock() }
+        guard finished.count > AsyncMatting.kept,
+              let newestBefore = finished.lastIndex(where: { $0.pts < pts }), newestBefore > 0 else { return }
+        let unneeded = min(newestBefore, finished.count - AsyncMatting.kept)
+        finished.removeFirst(unneeded)
     }
 
     private func distance(_ a: UInt64, _ b: UInt64) -> UInt64 { a > b ? a - b : b - a }
@@ -255,7 +275,7 @@ final class AsyncMatting {
             } else if requests.allSatisfy({ if case .reset = $0 { return false }; return true }) {
                 // (An alpha finished after a reset was asked for belongs to the old track.)
                 finished.append(Alpha(pts: frame.pts, plane: plane, finishedMs: end, inferenceMs: end - start, report: report))
-                if finished.count > AsyncMatting.kept { finished.removeFirst(finished.count - AsyncMatting.kept) }
+                if finished.count > keptAtMost { finished.removeFirst(finished.count - keptAtMost) }
             }
             condition.broadcast()
             condition.unlock()

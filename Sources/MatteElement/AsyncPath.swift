@@ -138,7 +138,7 @@ final class AsyncPath {
         let estimator = MotionCarry(frameWidth: width, frameHeight: height)  // (made whatever alignment says: it may be switched on while playing)
         let renderer = AsyncRenderer(width: width, height: height, noPersonAlpha: UInt8(current.noPersonAlpha))
         let maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.framesPerSecond)
-        let matting = AsyncMatting(engines: engines, width: width, height: height)
+        let matting = AsyncMatting(engines: engines, width: width, height: height, heldFrames: current.asyncDelay > 0 ? maxHeld : 0)
         matting.onTrackEvents = { [handle] events, pts in
             for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
         }
@@ -457,6 +457,7 @@ final class AsyncPath {
         }
         guard ready else { return .waitUntil(head.arrivalMs + state.delayMs) }
         state.queue.removeFirst()
+        if let next = state.queue.first { matting.forgetAlphas(before: next.pts) }
         return .leave(Departing(frame: head, alpha: alpha, renderer: renderer, matting: matting, output: state.core.output))
     }
 
