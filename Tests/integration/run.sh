@@ -53,8 +53,9 @@ check "example: file → alpha PNGs" alpha_pngs
 
 composite_mp4() {
     "$ROOT/examples/pipelines/file-to-composite-color.sh" "$CLIP" "$OUT/composite.mp4" || return 1
-    # (discoverer's own 10 s limit is short on a busy 2-core machine: once in CI-like runs it gave up
-    # on a good file, and its answer went unseen. A longer limit, and what it said when it fails.)
+    # (Once, in a full test run on a busy 2-core machine, it failed on a file it read well afterwards,
+    # and what it said went unseen: its own 10 s limit is the likely cause. A longer limit, and what it
+    # said when it fails.)
     local found; found="$(gst-discoverer-1.0 -t 60 "$OUT/composite.mp4" 2>&1)"
     grep -q "H.264" <<<"$found" || { echo "gst-discoverer found no H.264 stream:"; echo "$found"; return 1; }
 }
