@@ -35,7 +35,9 @@ final class AsyncMatting {
         case replaceSeed(SeedSource)
     }
 
-    private let engines: EngineSlot
+    /// Where the engine comes from; the inference thread's alone once it runs, and let go before
+    /// `stop` returns (see `work`).
+    private var engines: EngineSlot?
     /// The stream's size, for the warm-up.
     private let width: Int, height: Int
     private let condition = NSCondition()
@@ -91,10 +93,12 @@ final class AsyncMatting {
             return
         }
         running = false
+        let dropped = pending
         pending = nil
         condition.broadcast()
         while thread != nil { condition.wait() }
         condition.unlock()
+        withExtendedLifetime(dropped) {}  // (its buffer goes back upstream outside the lock)
     }
 
     /// Hands the newest frame over (a reference to its buffer; `info` its caps); a frame still
@@ -192,6 +196,7 @@ final class AsyncMatting {
     /// The engine, made and warmed up at the stream's size; nil (the failure kept) when that failed.
     private func prepare() -> MattingEngine? {
         do {
+            guard let engines else { return nil }
             let engine = try engines.get()
             _ = try engine.warmUp(width: width, height: height)
             return engine
@@ -234,14 +239,29 @@ final class AsyncMatting {
     private func work() {
         // (Raising one's own nice needs no privilege; where it fails, inference keeps the default.)
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, AsyncMatting.inferenceNice)
+        serve()
+        // `stop` returns only now, when this thread holds no engine: it is freed by the element as
+        // it stops, never by this thread afterwards. (This thread holds `self` until it returns, and
+        // `self` held the slot: strace showed an engine freed here during gst-launch's exit handlers,
+        // ONNX Runtime's among them, and cut short by the exit, its shared memory regions left in
+        // /dev/shm; a heap corruption at exit seen once in CI fits it.)
+        engines = nil
+        condition.lock()
+        thread = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// The thread's work, until `stop`; everything it holds is released when it returns (not
+    /// inlined: its locals must not outlive it).
+    @inline(never)
+    private func serve() {
         let engine = prepare()
         var report = FrameReport(modelCount: engine?.modelNames.count ?? 0)
         while true {
             condition.lock()
             while running, pending == nil, requests.isEmpty { condition.wait() }
             guard running else {
-                thread = nil
-                condition.broadcast()
                 condition.unlock()
                 return
             }

@@ -204,6 +204,39 @@ import TestPaths
         #expect(flow.withLock { $0 } == GST_FLOW_ERROR)
     }
 
+    /// Stopping the element waits for the inference thread until it holds nothing: the engine is
+    /// freed as the element stops, on the thread that stops it, never by the inference thread after
+    /// `set_state` returned (at a process's exit that thread freed it while the exit handlers ran,
+    /// and an exit cut it short). After frames the inference thread worked on; with a release
+    /// thread and without.
+    @Test(arguments: ["", "async-delay=150"]) func stoppingFreesTheEngineBeforeItReturns(properties: String) throws {
+        precondition(gstreamerReady)
+        let name = properties.isEmpty ? "stop-frees" : "stop-frees-delayed"
+        let inferred = Locked(0), freedOn = Locked<pthread_t?>(nil)
+        EngineWrappers.set({ engine in
+            FreeRecordingEngine(engine, onMatte: { inferred.withLock { $0 += 1 } }, onFree: { freedOn.withLock { $0 = pthread_self() } })
+        }, forElementNamed: name)
+        defer { EngineWrappers.set(nil, forElementNamed: name) }
+        let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async \(properties)")!
+        defer { gst_harness_teardown(harness) }
+        EngineWrappers.inject(into: harness.pointee.element)
+        gst_harness_set_src_caps_str(harness, caps)
+        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
+        var index = 0
+        while inferred.withLock({ $0 }) < 3, index < 200 {
+            #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK)
+            while let buffer = gst_harness_try_pull(harness) { gst_buffer_unref(buffer) }
+            index += 1
+            Thread.sleep(forTimeInterval: 0.03)
+        }
+        #expect(inferred.withLock { $0 } >= 3, "the inference thread worked on \(inferred.withLock { $0 }) frames of \(index)")
+        #expect(freedOn.withLock { $0 } == nil, "the engine was freed while the element played")
+        #expect(gst_element_set_state(harness.pointee.element, GST_STATE_NULL) == GST_STATE_CHANGE_SUCCESS)
+        let freer = freedOn.withLock { $0 }
+        #expect(freer != nil, "the engine was still alive when the element had stopped")
+        #expect(freer.map { pthread_equal($0, pthread_self()) != 0 } ?? false, "the engine was freed on another thread than the one that stopped the element")
+    }
+
     /// At `async-max-frames` upstream waits (no frame is dropped) until the oldest leaves.
     @Test func upstreamWaitsAtTheBound() throws {
         // (Inference outlasts the delay: no frame leaves early with its own alpha.)
@@ -313,6 +346,25 @@ private final class FailingEngine: ForwardingEngine {
         }
         Thread.sleep(forTimeInterval: frameMs / 1000)
         if index >= failAt { throw EngineError.inference(detail: "test: frame \(index) fails") }
+        try inner.matte(frame, into: alpha, report: &report)
+    }
+}
+
+/// A real engine that says when it works on a frame and when it is freed (and on which thread: the
+/// caller's `onFree` runs in its deinit).
+private final class FreeRecordingEngine: ForwardingEngine {
+    let onMatte: () -> Void, onFree: () -> Void
+
+    init(_ inner: MattingEngine, onMatte: @escaping () -> Void, onFree: @escaping () -> Void) {
+        self.onMatte = onMatte
+        self.onFree = onFree
+        super.init(inner)
+    }
+
+    deinit { onFree() }
+
+    override func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        onMatte()
         try inner.matte(frame, into: alpha, report: &report)
     }
 }
