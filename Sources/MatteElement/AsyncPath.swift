@@ -416,18 +416,20 @@ final class AsyncPath {
         }
         var posts: [Post] = []
         // (update: a departure changes the queue, which the threads waiting for room or for the held
-        // frames to go look at.)
-        let next = state.update { state in departure(&state, draining: draining, posts: &posts).departing }
+        // frames to go look at. The frames a failure dropped are freed with `step`, after the lock.)
+        let step = state.update { state in departure(&state, draining: draining, posts: &posts) }
         for post in posts { filter.deliver(post) }
-        return next
+        return step.departing
     }
 
     /// Whether the oldest held frame leaves now (taken from the queue, with the alpha to apply), or
-    /// when it will (its delay over), or nothing is held.
+    /// when it will (its delay over), or nothing is held, or inference failed: every held frame is
+    /// dropped (taken from the queue, their buffers to be released once the lock is).
     private enum Departure {
         case leave(Departing)
         case waitUntil(Double)
         case none
+        case failed(dropped: [QueuedFrame])
 
         var departing: Departing? {
             if case let .leave(departing) = self { return departing }
@@ -442,8 +444,8 @@ final class AsyncPath {
         if let failure {
             if !state.failed { posts.append(.error(failure)) }
             state.failed = true
-            state.queue.removeAll()
-            return .none
+            defer { state.queue = [] }
+            return .failed(dropped: state.queue)
         }
         let waited = monotonicMs() - head.arrivalMs
         let ready: Bool
@@ -469,6 +471,8 @@ final class AsyncPath {
         FrameReleaser(
             next: { [unowned self] releaser in
                 var posts: [Post] = []
+                var dropped: [QueuedFrame] = []  // (a failure's: released after the lock)
+                defer { withExtendedLifetime(dropped) {} }
                 // (update: a departure changes the queue, or empties it when inference failed, which
                 // the streaming thread may be waiting on: room in the queue, the held frames gone.)
                 let step = state.update { state -> FrameReleaser.Step in
@@ -478,6 +482,9 @@ final class AsyncPath {
                     if state.flushing || state.renegotiating { return .idle }
                     switch departure(&state, draining: state.draining, posts: &posts) {
                     case .none: return .idle
+                    case let .failed(frames):
+                        dropped = frames
+                        return .idle
                     case let .waitUntil(ms): return .waitUntil(ms)
                     case let .leave(departing):
                         state.pushing = true
