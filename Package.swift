@@ -53,7 +53,7 @@ let package = Package(
         ),
         .target(
             name: "MatteEngine",
-            dependencies: ["MattePixels", "COnnxRuntime", "COpenBLAS", "CCurl"],
+            dependencies: ["MattePixels", "CPixelISA", "COnnxRuntime", "COpenBLAS", "CCurl"],
             path: "Sources/MatteEngine",
             swiftSettings: [.unsafeFlags(["-O"])]
         ),

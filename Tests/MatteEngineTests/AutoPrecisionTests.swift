@@ -40,6 +40,13 @@ struct AutoPrecisionTests {
         let zen4 = Self.choose(Bf16Tests.zen4, modelDir: withSet)
         #expect(zen4.precision == (openvino ? .bf16 : .fp32), "\(zen4.reason)")
         #expect(zen4.reason.contains(openvino ? "avx512_bf16" : OnnxRuntime.openvinoLibraryPath), "\(zen4.reason)")
+        // Intel with AMX the kernel enables: the same (2.56x faster than fp32 there).
+        let amx = Self.choose(Bf16Tests.intelAmx, modelDir: withSet)
+        #expect(amx.precision == (openvino ? .bf16 : .fp32), "\(amx.reason)")
+        #expect(amx.reason.contains(openvino ? "amx_bf16" : OnnxRuntime.openvinoLibraryPath), "\(amx.reason)")
+        // Another vendor with AVX512_BF16: not measured, so fp32.
+        let other = Self.choose(Bf16Tests.cpu(vendor: "HygonGenuine", model: "Hygon C86", flags: "avx512f avx512_bf16"), modelDir: withSet)
+        #expect(other.precision == .fp32 && other.reason.contains("HygonGenuine") && other.reason.contains("precision=bf16"), "\(other.reason)")
         // A model-dir that is one set runs that set, whatever the CPU.
         for (set, precision) in [("matanyone2", ModelPrecision.fp32), ("matanyone2-int8", .int8)] {
             let named = Self.choose(Bf16Tests.zen4, modelDir: TestPaths.modelDir + "/" + set)
@@ -49,7 +56,7 @@ struct AutoPrecisionTests {
         let cases: [(AutoPrecision.Choice, String)] = [
             (Self.choose(Bf16Tests.avx2Only, modelDir: withSet), "does not compute bf16"),
             (Self.choose(Bf16Tests.intelNoAmx, modelDir: withSet), "slower than fp32"),
-            (Self.choose(Bf16Tests.intelAmx, modelDir: withSet), "AMX is not measured"),
+            (Self.choose(Bf16Tests.intelAmxOldKernel, modelDir: withSet), "which this kernel does not enable"),
             (Self.choose(Bf16Tests.zen4, modelDir: withoutSet), "no bf16 set at \(withoutSet)/matanyone2-bf16"),
             (Self.choose(Bf16Tests.zen4, modelDir: withSet, provider: .cuda), "execution-provider=cuda"),
             (Self.choose(Bf16Tests.zen4, modelDir: withSet, runtimeLibrary: "/opt/ort/libonnxruntime.so"), "runtime-library"),

@@ -9,9 +9,13 @@ import TestPaths
 @Suite(.serialized) struct Bf16Tests {
     static let width = 512, height = 288
 
+    static func cpuinfo(vendor: String, model: String, flags: String) -> String {
+        "processor\t: 0\nvendor_id\t: \(vendor)\nmodel name\t: \(model)\nflags\t\t: fpu sse2 avx2 fma \(flags)\n\n"
+            + "processor\t: 1\nvendor_id\t: \(vendor)\nmodel name\t: \(model)\nflags\t\t: fpu sse2 avx2 fma \(flags)\n"
+    }
+
     static func cpu(vendor: String, model: String, flags: String) -> CpuFeatures {
-        CpuFeatures(cpuinfo: "processor\t: 0\nvendor_id\t: \(vendor)\nmodel name\t: \(model)\nflags\t\t: fpu sse2 avx2 fma \(flags)\n\n"
-                    + "processor\t: 1\nvendor_id\t: \(vendor)\nmodel name\t: \(model)\nflags\t\t: fpu sse2 avx2 fma \(flags)\n")
+        CpuFeatures(cpuinfo: cpuinfo(vendor: vendor, model: model, flags: flags))
     }
 
     static let avx2Only = cpu(vendor: "AuthenticAMD", model: "AMD EPYC 7B13", flags: "")
@@ -19,6 +23,10 @@ import TestPaths
     static let intelNoAmx = cpu(vendor: "GenuineIntel", model: "Intel(R) Xeon(R) Processor", flags: "avx512f avx512_bf16 avx512_fp16")
     static let intelAmx = cpu(vendor: "GenuineIntel", model: "Intel(R) Xeon(R) Platinum 8480+",
                               flags: "avx512f avx512_bf16 amx_bf16 amx_tile amx_int8")
+    /// The same CPU under a kernel older than 5.16, which lists the amx flags but cannot run AMX.
+    static let intelAmxOldKernel = CpuFeatures(cpuinfo: cpuinfo(vendor: "GenuineIntel", model: "Intel(R) Xeon(R) Platinum 8480+",
+                                                                flags: "avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"),
+                                               kernelEnablesAMX: false)
 
     @Test func cpuinfoSaysWhichBf16TheCpuComputes() {
         #expect(Self.avx2Only.bf16.isEmpty)
@@ -27,9 +35,20 @@ import TestPaths
         #expect(Self.zen4.bf16Problem == nil && Self.intelNoAmx.bf16Problem == nil && Self.intelAmx.bf16Problem == nil)
         let problem = Self.avx2Only.bf16Problem ?? ""
         #expect(problem.contains("AMD EPYC 7B13") && problem.contains("precision=fp32"), "\(problem)")
-        // Where bf16 is native but measured slower than fp32: Intel's AVX512_BF16 without AMX only.
-        #expect(Self.intelNoAmx.bf16SlowerThanFp32)
+        // Where bf16 is native but measured slower than fp32: Intel's AVX512_BF16 without AMX, or with
+        // AMX a kernel cannot run.
+        #expect(Self.intelNoAmx.bf16SlowerThanFp32 && Self.intelAmxOldKernel.bf16SlowerThanFp32)
         #expect(!Self.intelAmx.bf16SlowerThanFp32 && !Self.zen4.bf16SlowerThanFp32)
+        #expect(Self.intelAmx.amxBf16 && !Self.intelAmxOldKernel.amxBf16 && !Self.zen4.amxBf16)
+        #expect(Self.intelAmxOldKernel.bf16 == ["amx_bf16", "avx512_bf16"], "the instructions are there; the kernel's state is not")
+        // This machine's kernel: where the CPU lists AMX tiles, Linux 5.16 and later enable them.
+        if CpuFeatures.current.flags.contains("amx_tile") {
+            let release = ProcessInfo.processInfo.operatingSystemVersion
+            let modern = (release.majorVersion, release.minorVersion) >= (5, 16)
+            #expect(CpuFeatures.current.kernelEnablesAMX == modern, "kernel \(release), AMX enabled: \(CpuFeatures.current.kernelEnablesAMX)")
+        } else {
+            #expect(!CpuFeatures.current.amxBf16)
+        }
         // This machine's own file parses (every Linux CPU lists flags).
         #expect(!CpuFeatures.current.flags.isEmpty)
     }

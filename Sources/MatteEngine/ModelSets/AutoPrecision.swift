@@ -2,9 +2,9 @@ import Foundation
 
 /// What `precision=auto` (the element's default) runs: bf16 where it pays, fp32 elsewhere, and why.
 /// bf16 needs a CPU that computes it and measured a gain there (AMD Zen 4 and later: 1.48-1.51x over
-/// fp32 with `scripts/bench.sh --precision bf16`; Intel's AVX512_BF16 without AMX ran 1.17-1.29x
-/// slower; AMX is not measured yet), the bf16 set in the model folder (tools/matanyone2/bf16.py makes
-/// it) and ONNX Runtime's OpenVINO build (set-up installs it). Anything else, or MatAnyone2 elsewhere
+/// fp32 with `scripts/bench.sh --precision bf16`; Intel with AMX, the kernel enabling it: 2.56x;
+/// Intel's AVX512_BF16 without AMX ran 1.17-1.29x slower), the bf16 set in the model folder
+/// (tools/matanyone2/bf16.py makes it) and ONNX Runtime's OpenVINO build (set-up installs it). Anything else, or MatAnyone2 elsewhere
 /// (an inference server, a GPU), runs fp32. A `model-dir` that is one set runs that set.
 public enum AutoPrecision {
     public struct Choice: Equatable, Sendable {
@@ -32,11 +32,13 @@ public enum AutoPrecision {
         let cpu = options.cpuFeatures
         if cpu.bf16.isEmpty { return fp32("this CPU does not compute bf16 (no AVX512_BF16, no AMX-BF16)") }
         if cpu.bf16SlowerThanFp32 {
-            return fp32("bf16 ran 1.17-1.29x slower than fp32 on Intel's AVX512_BF16 without AMX, which this CPU is")
+            let why = cpu.flags.contains("amx_bf16") ? "its AMX, which this kernel does not enable (Linux 5.16 and later do)" : "AMX"
+            return fp32("bf16 ran 1.17-1.29x slower than fp32 on Intel's AVX512_BF16 without \(why)")
         }
-        guard cpu.vendor == "AuthenticAMD" else {
-            return fp32("bf16 on AMX is not measured yet (scripts/bench.sh --precision bf16 --no-upstream measures it; "
-                        + "precision=bf16 runs it)")
+        guard cpu.vendor == "AuthenticAMD" || cpu.amxBf16 else {
+            return fp32("bf16 is measured faster than fp32 on AMD Zen 4 and later and on Intel's AMX, not on this CPU "
+                        + "(\(cpu.vendor.isEmpty ? "vendor unknown" : cpu.vendor)): scripts/bench.sh --precision bf16 --no-upstream "
+                        + "measures it, precision=bf16 runs it")
         }
         guard ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .bf16) else {
             return fp32("this CPU computes bf16 (\(cpu.bf16.joined(separator: ", "))), but there is no bf16 set at \(set) "
