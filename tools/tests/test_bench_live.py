@@ -149,6 +149,17 @@ def test_async_targets_from_alpha_age():
     assert targets('async', measure(live_log(10, 30)))['met'] is None
 
 
+def test_async_alpha_age_bound_is_at_least_one_frame():
+    # A fast engine (12 ms inferences) whose frames wear the alpha of the frame before: 33.3 ms old at
+    # 30 fps, over 2.5 × 12 ms but within one frame interval; two frames old is over both.
+    one_frame = 1000 / 30
+    for age, met in ((one_frame, True), (2 * one_frame, False)):
+        figures = measure(live_log(10, 30, stats_extra=f', alpha-age-ms=(double){age}, inference-fps=(double)28.9'))
+        assert targets('async', figures)['checks']['alpha-age p95, ms']['met'] is False
+        check = targets('async', figures, frame_ms=one_frame)['checks']['alpha-age p95, ms']
+        assert check['limit'] == pytest.approx(one_frame) and check['met'] is met
+
+
 def test_seeds_first_frame_and_pts_lag():
     # PLAYING at 0.8 s; frame i's stats at 1.0 + i/30 s with its pts rewritten to i/30 s behind
     # PLAYING by 0.2 s (the log's frames reach the sink 0.2 s after their running time).
