@@ -73,12 +73,37 @@ class TritonServer:
 
     def kill(self, sig=signal.SIGKILL):
         if self.process and self.process.poll() is None:
+            regions = self.backend_regions()
             try:
                 os.killpg(self.process.pid, sig)
             except ProcessLookupError:
                 pass
             self.process.wait(timeout=60)
+            # Killed, Triton cannot remove its Python backend's shared memory (1 MB a model instance,
+            # kept in /dev/shm until the machine restarts): its regions go with it.
+            for name in regions:
+                try:
+                    os.unlink(f'/dev/shm/{name}')
+                except FileNotFoundError:
+                    pass
         self.process = None
+
+    def backend_regions(self) -> list[str]:
+        """The shared memory regions of this server's Python backend stubs (each names its own on its
+        command line), read from the processes of its group."""
+        regions = []
+        for entry in Path('/proc').iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                # (The process group is field 5 of stat, after the command in parentheses.)
+                if int((entry / 'stat').read_text().rsplit(')', 1)[1].split()[2]) != self.process.pid:
+                    continue
+                arguments = (entry / 'cmdline').read_bytes().split(b'\0')
+            except (OSError, IndexError, ValueError):
+                continue
+            regions += [a.decode() for a in arguments if a.startswith(b'triton_python_backend_shm_region_') and b'/' not in a]
+        return regions
 
     def __enter__(self):
         return self.start()
