@@ -25,20 +25,26 @@ import TestPaths
         return buffer
     }
 
+    /// A harnessed element named `name` in async mode with `properties`, its engine wrapped by `wrap`
+    /// (BGRA in at this suite's size, GRAY8 out).
+    private func withHarness(_ name: String, _ properties: String, wrapping wrap: @escaping EngineWrappers.Wrap,
+                             _ body: (UnsafeMutablePointer<GstHarness>) throws -> Void) rethrows {
+        precondition(gstreamerReady)
+        EngineWrappers.set(wrap, forElementNamed: name)
+        defer { EngineWrappers.set(nil, forElementNamed: name) }
+        let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async \(properties)")!
+        defer { gst_harness_teardown(harness) }
+        // (Async mode makes its engine after the first caps, set below: the wrap is in time.)
+        EngineWrappers.inject(into: harness.pointee.element)
+        gst_harness_set_src_caps_str(harness, caps)
+        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
+        try body(harness)
+    }
+
     /// A harnessed element named `name` whose engine is slow (each frame `frameMs`).
     private func withSlowHarness(_ name: String, _ properties: String, frameMs: Double = 400,
-                                 _ body: (UnsafeMutablePointer<GstHarness>) throws -> Void) throws {
-        var failure: Error?
-        _ = SlowEngineTests().withSlowEngines(name, seedMs: frameMs, frameMs: frameMs) {
-            let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async \(properties)")!
-            defer { gst_harness_teardown(harness) }
-            // (Async mode makes its engine after the first caps, set below: the wrap is in time.)
-            EngineWrappers.inject(into: harness.pointee.element)
-            gst_harness_set_src_caps_str(harness, caps)
-            gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
-            do { try body(harness) } catch { failure = error }
-        }
-        if let failure { throw failure }
+                                 _ body: (UnsafeMutablePointer<GstHarness>) throws -> Void) rethrows {
+        try withHarness(name, properties, wrapping: { SlowEngine($0, seedMs: frameMs, frameMs: frameMs) }, body)
     }
 
     /// Buffers pulled until `count` came or `seconds` passed.
@@ -59,7 +65,7 @@ import TestPaths
     /// Upstream pushes three frames and goes quiet (no EOS): all three leave once their delay is
     /// over. (Before, a held frame left only when the next input came: the last stayed inside.)
     @Test func anIdleUpstreamStrandsNoFrame() throws {
-        try withSlowHarness("delay-idle", "async-delay=150") { harness in
+        withSlowHarness("delay-idle", "async-delay=150") { harness in
             for index in 0..<3 { #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK) }
             #expect(pull(harness, count: 3, within: 5) == 3)
         }
@@ -68,7 +74,7 @@ import TestPaths
     /// A serialized event pushed after two frames reaches downstream after them, and before the
     /// frame pushed after it, without holding up upstream meanwhile.
     @Test func serializedEventsKeepTheirPlaceAfterHeldFrames() throws {
-        try withSlowHarness("delay-events", "async-delay=200") { harness in
+        withSlowHarness("delay-events", "async-delay=200") { harness in
             let order = Order()
             let probeType = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM.rawValue)
             gst_pad_add_probe(harness.pointee.sinkpad, probeType, recordOrder, Unmanaged.passUnretained(order).toOpaque(), nil)
@@ -87,7 +93,7 @@ import TestPaths
     /// A seek while frames are held: none of them reaches downstream after FLUSH_STOP (they are
     /// forgotten), and the frames after it all do.
     @Test func aFlushForgetsHeldFramesAndNothingFromBeforeItLeavesAfter() throws {
-        try withSlowHarness("delay-flush", "async-delay=300") { harness in
+        withSlowHarness("delay-flush", "async-delay=300") { harness in
             let order = Order(withPts: true)
             let probeType = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_EVENT_FLUSH.rawValue)
             gst_pad_add_probe(harness.pointee.sinkpad, probeType, recordOrder, Unmanaged.passUnretained(order).toOpaque(), nil)
@@ -110,7 +116,7 @@ import TestPaths
     /// downstream, after the new segment and before the first frame after the flush, as a pad keeps
     /// its sticky events across a flush; a plain event behind those frames goes with them.
     @Test func stickyEventsHeldBehindForgottenFramesOutliveTheFlush() throws {
-        try withSlowHarness("delay-sticky", "async-delay=400") { harness in
+        withSlowHarness("delay-sticky", "async-delay=400") { harness in
             let order = Order(withPts: true)
             let probeType = GstPadProbeType(rawValue: GST_PAD_PROBE_TYPE_BUFFER.rawValue | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM.rawValue
                                             | GST_PAD_PROBE_TYPE_EVENT_FLUSH.rawValue)
@@ -149,7 +155,7 @@ import TestPaths
     /// What downstream answers the release thread's push (here EOS: downstream wants no more) reaches
     /// upstream on its next buffer, as it would from a push on the streaming thread.
     @Test func aDownstreamFlowReachesUpstream() throws {
-        try withSlowHarness("delay-flow", "async-delay=150") { harness in
+        withSlowHarness("delay-flow", "async-delay=150") { harness in
             #expect(gst_harness_push(harness, frame(0)) == GST_FLOW_OK)
             // Downstream goes EOS while the frame is held: its push will be answered with EOS.
             #expect(gst_pad_send_event(harness.pointee.sinkpad, gst_event_new_eos()) != 0)
@@ -169,39 +175,33 @@ import TestPaths
     /// thread that empties the queue wakes the streaming thread; before, that wake-up could be
     /// lost, a hang that even a state change could not end).
     @Test func aFailedInferenceEndsTheWaitForRoom() throws {
-        precondition(gstreamerReady)
-        let name = "delay-failure"
-        EngineWrappers.set({ FailingEngine($0, frameMs: 300, failAt: 2) }, forElementNamed: name)
-        defer { EngineWrappers.set(nil, forElementNamed: name) }
-        let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async async-delay=5000 async-max-frames=2")!
-        defer { gst_harness_teardown(harness) }
-        EngineWrappers.inject(into: harness.pointee.element)
-        gst_harness_set_src_caps_str(harness, caps)
-        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
-        let flow = Locked(GST_FLOW_OK), pushed = Locked(0)
-        let done = DispatchSemaphore(value: 0)
-        let address = Int(bitPattern: UnsafeMutableRawPointer(harness))
-        let pusher = Thread {
-            let harness = UnsafeMutableRawPointer(bitPattern: address)!.assumingMemoryBound(to: GstHarness.self)
-            for index in 0..<12 {
-                let result = gst_harness_push(harness, frame(index))
-                flow.withLock { $0 = result }
-                if result != GST_FLOW_OK { break }
-                pushed.withLock { $0 += 1 }
+        withHarness("delay-failure", "async-delay=5000 async-max-frames=2",
+                    wrapping: { FailingEngine($0, frameMs: 300, failAt: 2) }) { harness in
+            let flow = Locked(GST_FLOW_OK), pushed = Locked(0)
+            let done = DispatchSemaphore(value: 0)
+            let address = Int(bitPattern: UnsafeMutableRawPointer(harness))
+            let pusher = Thread {
+                let harness = UnsafeMutableRawPointer(bitPattern: address)!.assumingMemoryBound(to: GstHarness.self)
+                for index in 0..<12 {
+                    let result = gst_harness_push(harness, frame(index))
+                    flow.withLock { $0 = result }
+                    if result != GST_FLOW_OK { break }
+                    pushed.withLock { $0 += 1 }
+                }
+                done.signal()
             }
-            done.signal()
+            pusher.start()
+            Thread.sleep(forTimeInterval: 0.2)  // (before inference fails, at 0.6 s)
+            #expect(pushed.withLock { $0 } == 2, "the third push waits for room")
+            let returned = done.wait(timeout: .now() + 15) == .success
+            #expect(returned, "the push waiting for room never returned after inference failed")
+            if !returned {
+                // (Frees the stuck push, so that the teardown does not hang as well.)
+                _ = gst_pad_push_event(harness.pointee.srcpad, gst_event_new_flush_start())
+                _ = done.wait(timeout: .now() + 5)
+            }
+            #expect(flow.withLock { $0 } == GST_FLOW_ERROR)
         }
-        pusher.start()
-        Thread.sleep(forTimeInterval: 0.2)  // (before inference fails, at 0.6 s)
-        #expect(pushed.withLock { $0 } == 2, "the third push waits for room")
-        let returned = done.wait(timeout: .now() + 15) == .success
-        #expect(returned, "the push waiting for room never returned after inference failed")
-        if !returned {
-            // (Frees the stuck push, so that the teardown does not hang as well.)
-            _ = gst_pad_push_event(harness.pointee.srcpad, gst_event_new_flush_start())
-            _ = done.wait(timeout: .now() + 5)
-        }
-        #expect(flow.withLock { $0 } == GST_FLOW_ERROR)
     }
 
     /// Stopping the element waits for the inference thread until it holds nothing: the engine is
@@ -210,37 +210,30 @@ import TestPaths
     /// and an exit cut it short). After frames the inference thread worked on; with a release
     /// thread and without.
     @Test(arguments: ["", "async-delay=150"]) func stoppingFreesTheEngineBeforeItReturns(properties: String) throws {
-        precondition(gstreamerReady)
-        let name = properties.isEmpty ? "stop-frees" : "stop-frees-delayed"
         let inferred = Locked(0), freedOn = Locked<pthread_t?>(nil)
-        EngineWrappers.set({ engine in
+        withHarness(properties.isEmpty ? "stop-frees" : "stop-frees-delayed", properties, wrapping: { engine in
             FreeRecordingEngine(engine, onMatte: { inferred.withLock { $0 += 1 } }, onFree: { freedOn.withLock { $0 = pthread_self() } })
-        }, forElementNamed: name)
-        defer { EngineWrappers.set(nil, forElementNamed: name) }
-        let harness = gst_harness_new_parse("\(TestPaths.element) name=\(name) mode=async \(properties)")!
-        defer { gst_harness_teardown(harness) }
-        EngineWrappers.inject(into: harness.pointee.element)
-        gst_harness_set_src_caps_str(harness, caps)
-        gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8")
-        var index = 0
-        while inferred.withLock({ $0 }) < 3, index < 200 {
-            #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK)
-            while let buffer = gst_harness_try_pull(harness) { gst_buffer_unref(buffer) }
-            index += 1
-            Thread.sleep(forTimeInterval: 0.03)
+        }) { harness in
+            var index = 0
+            while inferred.withLock({ $0 }) < 3, index < 200 {
+                #expect(gst_harness_push(harness, frame(index)) == GST_FLOW_OK)
+                while let buffer = gst_harness_try_pull(harness) { gst_buffer_unref(buffer) }
+                index += 1
+                Thread.sleep(forTimeInterval: 0.03)
+            }
+            #expect(inferred.withLock { $0 } >= 3, "the inference thread worked on \(inferred.withLock { $0 }) frames of \(index)")
+            #expect(freedOn.withLock { $0 } == nil, "the engine was freed while the element played")
+            #expect(gst_element_set_state(harness.pointee.element, GST_STATE_NULL) == GST_STATE_CHANGE_SUCCESS)
+            let freer = freedOn.withLock { $0 }
+            #expect(freer != nil, "the engine was still alive when the element had stopped")
+            #expect(freer.map { pthread_equal($0, pthread_self()) != 0 } ?? false, "the engine was freed on another thread than the one that stopped the element")
         }
-        #expect(inferred.withLock { $0 } >= 3, "the inference thread worked on \(inferred.withLock { $0 }) frames of \(index)")
-        #expect(freedOn.withLock { $0 } == nil, "the engine was freed while the element played")
-        #expect(gst_element_set_state(harness.pointee.element, GST_STATE_NULL) == GST_STATE_CHANGE_SUCCESS)
-        let freer = freedOn.withLock { $0 }
-        #expect(freer != nil, "the engine was still alive when the element had stopped")
-        #expect(freer.map { pthread_equal($0, pthread_self()) != 0 } ?? false, "the engine was freed on another thread than the one that stopped the element")
     }
 
     /// At `async-max-frames` upstream waits (no frame is dropped) until the oldest leaves.
     @Test func upstreamWaitsAtTheBound() throws {
         // (Inference outlasts the delay: no frame leaves early with its own alpha.)
-        try withSlowHarness("delay-bound", "async-delay=3000 async-max-frames=3", frameMs: 4000) { harness in
+        withSlowHarness("delay-bound", "async-delay=3000 async-max-frames=3", frameMs: 4000) { harness in
             let pushed = Locked(0)
             let done = DispatchSemaphore(value: 0)
             let address = Int(bitPattern: UnsafeMutableRawPointer(harness))
