@@ -112,6 +112,10 @@ final class MatteFilter {
     let control = Locked(Control())
     /// How long the streaming and release threads wait for each other (stats).
     let waits = WaitClock()
+    /// Reseed masks being decoded on worker threads (`requestReseed`): `stop` waits for them, so that
+    /// no private decoding pipeline outlives the element's stream (an application that stops and
+    /// exits, gst_deinit, would otherwise tear GStreamer down under a decode).
+    private let maskLoads = DispatchGroup()
 
     init(handle: ElementHandle) {
         self.handle = handle
@@ -196,8 +200,17 @@ final class MatteFilter {
         control.update { control in
             control.reseed = ReseedRequests(pending: nil, seed: nil, count: control.reseed.count + 1)
         }
+        // (after the count moved on: a mask that loads now is not used by the next run)
+        if maskLoads.wait(timeout: .now() + .milliseconds(Self.maskLoadStopWaitMs)) == .timedOut {
+            ErrorMapping.postWarning("a reseed mask was still loading after \(Self.maskLoadStopWaitMs) ms when the element "
+                                     + "stopped (a slow or stalled file system?); it is not used", on: handle)
+        }
         return true
     }
+
+    /// How long `stop` waits for reseed masks still decoding: a mask decodes in tens of milliseconds;
+    /// a stalled file system must not hold a state change much longer.
+    static let maskLoadStopWaitMs = 2000
 
     /// The running stream's frame path (nil when stopped).
     var currentPath: FramePath? { control.withLock { $0.path } }
@@ -333,8 +346,12 @@ final class MatteFilter {
         guard let maskPath else { return }
         let settings = snapshot()
         handle.retain()  // (the element outlives the load: the load may post a warning on it)
+        maskLoads.enter()
         DispatchQueue.global(qos: .userInitiated).async { [self] in
-            defer { handle.release() }
+            defer {
+                handle.release()
+                maskLoads.leave()
+            }
             var source: SeedSource?
             do {
                 source = try seedSource(settings, maskPath: maskPath)

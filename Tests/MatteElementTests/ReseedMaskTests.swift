@@ -28,11 +28,13 @@ import TestPaths
                            + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, bus: bus, between: between)
     }
 
-    /// Sends `matanyone-reseed, mask=PATH` downstream into the element's sink pad, on this thread.
-    private func sendReseed(_ element: UnsafeMutablePointer<GstElement>, mask: String) -> Bool {
+    /// Sends `matanyone-reseed, mask=PATH` downstream into the element's sink pad, on this thread
+    /// (serialized, else out of band).
+    private func sendReseed(_ element: UnsafeMutablePointer<GstElement>, mask: String, serialized: Bool = true) -> Bool {
         let structure = gst_structure_new_empty("matanyone-reseed")!
         shim_structure_set_string(structure, "mask", mask)
-        return gst_element_send_event(element, gst_event_new_custom(GST_EVENT_CUSTOM_DOWNSTREAM, structure)) != 0
+        let type = serialized ? GST_EVENT_CUSTOM_DOWNSTREAM : GST_EVENT_CUSTOM_DOWNSTREAM_OOB
+        return gst_element_send_event(element, gst_event_new_custom(type, structure)) != 0
     }
 
     /// Holds the loading of `maskB` until `release` is signalled (or 10 s passed), noting whether it
@@ -41,6 +43,8 @@ import TestPaths
         let release = DispatchSemaphore(value: 0)
         let started = DispatchSemaphore(value: 0)
         let seen = Locked<(onDeliveringThread: Bool, released: Bool)?>(nil)
+        /// When the hook returned (the load then decodes), as `Date().timeIntervalSinceReferenceDate`.
+        let endedAt = Locked<Double?>(nil)
         let deliverer = pthread_self()
 
         func hook() {
@@ -48,6 +52,7 @@ import TestPaths
             started.signal()
             let released = release.wait(timeout: .now() + 10) == .success
             seen.withLock { $0 = (onDeliverer, released) }
+            endedAt.withLock { $0 = Date().timeIntervalSinceReferenceDate }
         }
     }
 
@@ -146,6 +151,50 @@ import TestPaths
         #expect(maxDifference(outputs[3], onlyB[0]) <= 1, "the mask did not reseed the first frame after it loaded")
         let warnings = popWarnings(bus)
         #expect(warnings.contains { $0.contains("took longer than") }, "\(warnings)")
+    }
+
+    /// Stopping waits for a mask still decoding (no private pipeline outlives the stream: an
+    /// application that stops and exits would tear GStreamer down under it), and for no longer than
+    /// `maskLoadStopWaitMs`, after which it warns and returns.
+    @Test func stoppingWaitsForAMaskStillLoading() throws {
+        let bound = Double(MatteFilter.maskLoadStopWaitMs) / 1000
+        for holdSeconds in [0.5, bound + 1.5] {
+            let held = HeldLoad()
+            MaskLoader.beforeLoading.withLock { $0[maskB] = held.hook }
+            defer { MaskLoader.beforeLoading.withLock { $0[maskB] = nil } }
+            let bus = gst_bus_new()!
+            defer { gst_object_unref(bus) }
+            let harness = gst_harness_new_parse("matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" "
+                                                + "warmup=0 seed=mask seed-mask=\"\(maskA)\"")!
+            gst_element_set_bus(harness.pointee.element, bus)
+            gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=512,height=288,framerate=25/1")
+            gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8,width=512,height=288,framerate=25/1")
+            let bin = UnsafeMutableRawPointer(harness.pointee.element).assumingMemoryBound(to: GstBin.self)
+            let element = gst_bin_get_by_name(bin, "m")!
+            let buffer = gst_buffer_new_allocate(nil, gsize(frame.count), nil)!
+            _ = frame.withUnsafeBufferPointer { gst_buffer_fill(buffer, 0, $0.baseAddress, gsize($0.count)) }
+            #expect(gst_harness_push(harness, buffer) == GST_FLOW_OK)
+            if let out = gst_harness_pull(harness) { gst_buffer_unref(out) }
+            #expect(sendReseed(element, mask: maskB, serialized: false))
+            gst_object_unref(element)
+            #expect(held.started.wait(timeout: .now() + 10) == .success, "the mask never started loading")
+            DispatchQueue.global().asyncAfter(deadline: .now() + holdSeconds) { held.release.signal() }
+            let stopping = Date().timeIntervalSinceReferenceDate
+            gst_harness_teardown(harness)  // (stops the element)
+            let stopped = Date().timeIntervalSinceReferenceDate
+            let warnings = popWarnings(bus)
+            if holdSeconds < bound {
+                let ended = held.endedAt.withLock { $0 }
+                #expect(ended.map { $0 <= stopped } == true, "the element stopped while its mask was loading")
+                #expect(!warnings.contains { $0.contains("still loading") }, "\(warnings)")
+            } else {
+                #expect(stopped - stopping >= bound - 0.05 && stopped - stopping < bound + 1, "stop took \(stopped - stopping) s")
+                #expect(held.endedAt.withLock { $0 } == nil, "the held load ended early: the test means nothing")
+                #expect(warnings.contains { $0.contains("still loading") }, "\(warnings)")
+                // (the held load goes on when its release comes: wait for it, so it ends within this test)
+                for _ in 0..<100 where held.endedAt.withLock({ $0 }) == nil { Thread.sleep(forTimeInterval: 0.05) }
+            }
+        }
     }
 
     /// A reseed asked for while an earlier request's mask still loads wins: the late mask is not used.
