@@ -23,9 +23,11 @@ import TestPaths
     }
 
     private func run(seedMask: String, pushes: Int, bus: UnsafeMutablePointer<GstBus>? = nil,
-                     between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil) throws -> [[UInt8]] {
+                     between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil,
+                     afterPushes: ((UnsafeMutablePointer<GstElement>) -> Void)? = nil) throws -> [[UInt8]] {
         try harnessOutputs("matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" warmup=0 "
-                           + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, bus: bus, between: between)
+                           + "seed=mask seed-mask=\"\(seedMask)\"", frame: frame, pushes: pushes, bus: bus, between: between,
+                           afterPushes: afterPushes)
     }
 
     /// Sends `matanyone-reseed, mask=PATH` downstream into the element's sink pad, on this thread
@@ -164,23 +166,13 @@ import TestPaths
             defer { MaskLoader.beforeLoading.withLock { $0[maskB] = nil } }
             let bus = gst_bus_new()!
             defer { gst_object_unref(bus) }
-            let harness = gst_harness_new_parse("matanyone name=m engine=matanyone2 precision=fp32 model-dir=\"\(TestPaths.modelDir)\" "
-                                                + "warmup=0 seed=mask seed-mask=\"\(maskA)\"")!
-            gst_element_set_bus(harness.pointee.element, bus)
-            gst_harness_set_src_caps_str(harness, "video/x-raw,format=BGRA,width=512,height=288,framerate=25/1")
-            gst_harness_set_sink_caps_str(harness, "video/x-raw,format=GRAY8,width=512,height=288,framerate=25/1")
-            let bin = UnsafeMutableRawPointer(harness.pointee.element).assumingMemoryBound(to: GstBin.self)
-            let element = gst_bin_get_by_name(bin, "m")!
-            let buffer = gst_buffer_new_allocate(nil, gsize(frame.count), nil)!
-            _ = frame.withUnsafeBufferPointer { gst_buffer_fill(buffer, 0, $0.baseAddress, gsize($0.count)) }
-            #expect(gst_harness_push(harness, buffer) == GST_FLOW_OK)
-            if let out = gst_harness_pull(harness) { gst_buffer_unref(out) }
-            #expect(sendReseed(element, mask: maskB, serialized: false))
-            gst_object_unref(element)
-            #expect(held.started.wait(timeout: .now() + 10) == .success, "the mask never started loading")
-            DispatchQueue.global().asyncAfter(deadline: .now() + holdSeconds) { held.release.signal() }
-            let stopping = Date().timeIntervalSinceReferenceDate
-            gst_harness_teardown(harness)  // (stops the element)
+            var stopping = 0.0
+            _ = try run(seedMask: maskA, pushes: 1, bus: bus, afterPushes: { element in
+                #expect(sendReseed(element, mask: maskB, serialized: false))
+                #expect(held.started.wait(timeout: .now() + 10) == .success, "the mask never started loading")
+                DispatchQueue.global().asyncAfter(deadline: .now() + holdSeconds) { held.release.signal() }
+                stopping = Date().timeIntervalSinceReferenceDate
+            })  // (the harness stops the element as it returns)
             let stopped = Date().timeIntervalSinceReferenceDate
             let warnings = popWarnings(bus)
             if holdSeconds < bound {

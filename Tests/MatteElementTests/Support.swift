@@ -201,9 +201,11 @@ func objectName(_ object: UnsafeMutablePointer<GstObject>?) -> String {
 func maxDifference(_ a: [UInt8], _ b: [UInt8]) -> Int { zip(a, b).map { abs(Int($0) - Int($1)) }.max() ?? 0 }
 
 /// The GRAY8 outputs of a harnessed element (`description`, named `m`) for `frame` (one 512×288 BGRA
-/// frame) pushed `pushes` times; `between` runs before each push with the element and the index.
+/// frame) pushed `pushes` times; `between` runs before each push with the element and the index,
+/// `afterPushes` after the last output was pulled, right before the harness stops the element.
 func harnessOutputs(_ description: String, frame: [UInt8], pushes: Int, bus: UnsafeMutablePointer<GstBus>? = nil,
-                    between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil) throws -> [[UInt8]] {
+                    between: ((UnsafeMutablePointer<GstElement>, Int) -> Void)? = nil,
+                    afterPushes: ((UnsafeMutablePointer<GstElement>) -> Void)? = nil) throws -> [[UInt8]] {
     precondition(gstreamerReady)
     let harness = gst_harness_new_parse(description)!
     defer { gst_harness_teardown(harness) }
@@ -227,5 +229,6 @@ func harnessOutputs(_ description: String, frame: [UInt8], pushes: Int, bus: Uns
         gst_buffer_unmap(out, &map)
         gst_buffer_unref(out)
     }
+    afterPushes?(element)
     return outputs
 }
