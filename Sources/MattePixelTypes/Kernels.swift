@@ -31,3 +31,13 @@ public protocol Resampling: AnyObject {
     func resample(_ source: UnsafePointer<Float>, sourceStride: Int, into destination: GrayImage)
     func resample(_ source: GrayView, into destination: UnsafeMutablePointer<Float>, destinationStride: Int)
 }
+
+/// A frame's pixels as a network's full-size float planes and back (see MattePixels.PlaneConverter):
+/// no resampling, one pass each way.
+public protocol PlaneConverting {
+    init()
+    /// BGRA bytes → R, G and B float planes (`planeStride` floats apart, rows packed), value/255.
+    func bgraToPlanarRGB(_ image: BGRAImage, into destination: UnsafeMutablePointer<Float>, planeStride: Int)
+    /// A float plane in [0, 1] (rows packed) → 8-bit, rounded half up and clamped.
+    func planeToGray(_ source: UnsafePointer<Float>, into destination: GrayImage)
+}

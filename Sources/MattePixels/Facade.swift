@@ -63,3 +63,23 @@ public final class Resampler {
         kernel.resample(source, into: destination, destinationStride: destinationStride)
     }
 }
+
+/// A frame as full-size float planes (a network's input at the frame's own size) and a float plane
+/// back to 8 bits, on the kernels of `PixelISA.active` (or of the build a test names).
+public struct PlaneConverter {
+    private let kernel: any PlaneConverting
+
+    public init(isa: PixelISA = .active) {
+        kernel = isa.planeConverter.init()
+    }
+
+    /// BGRA → R, G, B planes `planeStride` floats apart (NCHW for one image: planeStride = W·H), in [0, 1].
+    public func bgraToPlanarRGB(_ image: BGRAImage, into destination: UnsafeMutablePointer<Float>, planeStride: Int) {
+        kernel.bgraToPlanarRGB(image, into: destination, planeStride: planeStride)
+    }
+
+    /// A packed float plane of the destination's size, values in [0, 1] → 8-bit (rounded, clamped).
+    public func planeToGray(_ source: UnsafePointer<Float>, into destination: GrayImage) {
+        kernel.planeToGray(source, into: destination)
+    }
+}

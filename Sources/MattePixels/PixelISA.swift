@@ -67,6 +67,14 @@ public enum PixelISA: Int, CaseIterable, Comparable, Sendable, CustomStringConve
         }
     }
 
+    var planeConverter: any PlaneConverting.Type {
+        switch self {
+        case .baseline: return PixelKernels.PlaneConverterKernel.self
+        case .avx2: return PixelKernelsAVX2.PlaneConverterKernel.self
+        case .avx512: return PixelKernelsAVX512.PlaneConverterKernel.self
+        }
+    }
+
     var motionCarry: any MotionCarrying.Type {
         switch self {
         case .baseline: return PixelKernels.MotionCarryKernel.self

@@ -160,8 +160,37 @@ struct PixelISATests {
         return results
     }
 
+    /// The full-size plane conversions (RVM's input and output) as bytes: the frame's three float
+    /// planes, and 8-bit planes of a float plane with values in and out of [0, 1] (NaN included).
+    static func planes(isa: PixelISA, width: Int, height: Int, padding: Int) -> [[UInt8]] {
+        let scene = scene(width: width, height: height, padding: padding, seed: UInt64(width * 31 + height))
+        let converter = PlaneConverter(isa: isa)
+        var planes = [Float](repeating: -1, count: 3 * width * height)
+        scene.frame.withUnsafeBufferPointer { frame in
+            planes.withUnsafeMutableBufferPointer { out in
+                converter.bgraToPlanarRGB(BGRAImage(base: frame.baseAddress!, width: width, height: height, stride: scene.stride),
+                                          into: out.baseAddress!, planeStride: width * height)
+            }
+        }
+        var values = [Float](repeating: 0, count: width * height)
+        for i in values.indices { values[i] = Float(Int(scene.alpha[(i / width) * scene.alphaStride + i % width]) - 20) / 215 }
+        if values.count > 3 { values[1] = .nan; values[2] = .infinity; values[3] = 0.5 / 255 }
+        var gray = [UInt8](repeating: 0x5A, count: (width + padding) * height)
+        values.withUnsafeBufferPointer { source in
+            gray.withUnsafeMutableBufferPointer { out in
+                converter.planeToGray(source.baseAddress!, into: GrayImage(base: out.baseAddress!, width: width, height: height,
+                                                                           stride: width + padding))
+            }
+        }
+        return [planes.withUnsafeBytes { Array($0) }, gray]
+    }
+
     static func check(_ isa: PixelISA) {
         for (width, height, padding) in sizes {
+            if planes(isa: isa, width: width, height: height, padding: padding)
+                != planes(isa: .baseline, width: width, height: height, padding: padding) {
+                Issue.record("\(isa) plane conversion at \(width)×\(height)+\(padding) differs from the baseline")
+            }
             let expectedComposites = composites(isa: .baseline, width: width, height: height, padding: padding)
             let composites = composites(isa: isa, width: width, height: height, padding: padding)
             for index in composites.indices where composites[index] != expectedComposites[index] {
@@ -189,6 +218,37 @@ struct PixelISATests {
     @Test(.enabled(if: PixelISA.supported.contains(.avx512), "this CPU has no AVX-512 (x86-64-v4): its build was not run"))
     func avx512GivesTheBaselineBytes() {
         Self.check(.avx512)
+    }
+
+    /// The baseline plane conversion is the plain arithmetic: byte/255 per channel in R, G, B order
+    /// (numpy's `astype(float32) / 255`), and x·255 + 0.5 truncated, clamped to 0…255 (NaN: 0); the
+    /// row padding of the 8-bit plane is left as it was.
+    @Test func planeConversionIsThePlainArithmetic() {
+        let (width, height, padding) = (65, 33, 4)
+        let scene = Self.scene(width: width, height: height, padding: padding, seed: UInt64(width * 31 + height))
+        let result = Self.planes(isa: .active, width: width, height: height, padding: padding)
+        let planes = result[0].withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+        for y in 0..<height {
+            for x in 0..<width {
+                let p = y * scene.stride + 4 * x, i = y * width + x
+                #expect(planes[i] == Float(scene.frame[p + 2]) / 255)
+                #expect(planes[width * height + i] == Float(scene.frame[p + 1]) / 255)
+                #expect(planes[2 * width * height + i] == Float(scene.frame[p]) / 255)
+            }
+        }
+        let gray = result[1]
+        for y in 0..<height {
+            for x in 0..<width {
+                let i = y * width + x
+                var value = Float(Int(scene.alpha[y * scene.alphaStride + x]) - 20) / 215
+                if i == 1 { value = .nan } else if i == 2 { value = .infinity } else if i == 3 { value = 0.5 / 255 }
+                let scaled = value * 255 + 0.5
+                let expected: UInt8 = scaled >= 0 ? (scaled > 255 ? 255 : UInt8(scaled)) : 0
+                #expect(gray[y * (width + padding) + x] == expected, "pixel \(x),\(y) of \(value)")
+            }
+            #expect(gray[(y * (width + padding) + width)..<((y + 1) * (width + padding))].allSatisfy { $0 == 0x5A })
+        }
+        #expect(gray[3] == 1 && gray[1] == 0 && gray[2] == 255)
     }
 
     /// The scenes must exercise the edge estimation (soft tiles), or the comparisons above would skip
