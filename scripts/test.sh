@@ -39,6 +39,30 @@ np.asarray(mask, dtype=np.uint8).tofile(f"{out}/test-sample2-mask-512x288.gray")
 PYEOF
 ln -sfn "$DATA/models/segmenter" "$MATANYONE_TEST_MODELS/segmenter"
 
+# Robust Video Matting (the default engine where no MatAnyone2 set is installed): the installed set,
+# and Python ONNX Runtime's alphas of the dancer at two sizes (512x288: 40 frames at ratio 0.9375;
+# its own 1920x1088: 10 frames at 0.25), which the engine must match within 1 LSB. A folder that
+# holds every set, as a user's does once MatAnyone2 is installed (RVM then seeds it).
+export MATANYONE_TEST_FULL_MODELS="$ROOT/build/test-models-full"
+mkdir -p "$MATANYONE_TEST_FULL_MODELS"
+for set in segmenter rvm; do ln -sfn "$DATA/models/$set" "$MATANYONE_TEST_FULL_MODELS/$set"; done
+ln -sfn "$MATANYONE_TEST_MODELS/matanyone2" "$MATANYONE_TEST_FULL_MODELS/matanyone2"
+FRAMES_FULL="$MATANYONE_TEST_DATA/test-sample2-1920x1088.bgra"
+if [ ! -s "$FRAMES_FULL" ]; then
+    say "decoding test frames at the clip's own size"
+    gst-launch-1.0 -q filesrc location="$SHARED/media/test-sample2.mp4" ! decodebin ! videoconvert \
+        ! video/x-raw,format=BGRA,width=1920,height=1088 ! identity eos-after=10 ! filesink location="$FRAMES_FULL"
+fi
+RVM_SHA="$(cat tools/rvm/*.py "$DATA/models/rvm/manifest.json" tools/requirements.txt | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$MATANYONE_TEST_DATA/rvm-reference.sha256" 2>/dev/null)" != "$RVM_SHA" ]; then
+    say "running the RVM reference (Python ONNX Runtime)"
+    "$PY" -m tools.rvm.reference --model "$DATA/models/rvm" --frames-bgra "$FRAMES" --width 512 --height 288 \
+        --count 40 --out "$MATANYONE_TEST_DATA/rvm-reference-512x288.gray" || { echo "0 passed, 1 failed"; exit 1; }
+    "$PY" -m tools.rvm.reference --model "$DATA/models/rvm" --frames-bgra "$FRAMES_FULL" --width 1920 --height 1088 \
+        --count 10 --out "$MATANYONE_TEST_DATA/rvm-reference-1920x1088.gray" || { echo "0 passed, 1 failed"; exit 1; }
+    echo "$RVM_SHA" > "$MATANYONE_TEST_DATA/rvm-reference.sha256"
+fi
+
 # MatAnyone2 parity inputs: the exact architecture with fixed-seed random weights (the official
 # checkpoint cannot be downloaded here), and upstream PyTorch's alphas on the same frames and mask.
 # Both are redone when the toolchain changes.

@@ -9,6 +9,14 @@ public enum TestPaths {
         ProcessInfo.processInfo.environment["MATANYONE_TEST_MODELS"] ?? ModelLocations.defaultModelDir
     }
 
+    /// A model folder with every set (segmenter/, rvm/, matanyone2/), as a user's is once MatAnyone2
+    /// is installed: engine=auto runs MatAnyone2 there, seeded by RVM.
+    public static var fullModelDir: String {
+        ProcessInfo.processInfo.environment["MATANYONE_TEST_FULL_MODELS"]
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent("build/test-models-full").path
+    }
+
     /// Decoded frames and other generated inputs; build/test-data in this checkout by default.
     public static var dataDir: String {
         ProcessInfo.processInfo.environment["MATANYONE_TEST_DATA"]
