@@ -7,37 +7,59 @@ public enum EngineKind: String, CaseIterable, Sendable {
     case segmenter
     /// First-frame-seeded, memory-based video matting.
     case matanyone2
+    /// Robust Video Matting: a trained recurrent video-matting model, no seed needed.
+    case rvm
 }
 
 /// Which engine a user asks for; `auto` is resolved by `makeEngine`.
+/// (A GEnum's values are the cases' positions: a new case goes last.)
 public enum EngineChoice: String, CaseIterable, Sendable {
-    case auto, segmenter, matanyone2
+    case auto, segmenter, matanyone2, rvm
 }
 
-/// The engine for `choice`: `auto` runs MatAnyone2 when an inference server is named or a MatAnyone2
-/// set is installed, else the segmenter. Either precision's set counts, so that with precision=int8 and only the fp32 set the
-/// user gets the error that says how to make the int8 set rather than a silent switch.
-public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameters: MatAnyone2Parameters,
-                       workingShortSide: Int, seed: () throws -> SeedSource) throws -> MattingEngine {
-    let useMatAnyone2: Bool
+/// What seeds MatAnyone2 and feeds its quality watch (seed=auto): RVM's matte or the segmenter's mask.
+public enum SeederChoice: String, CaseIterable, Sendable {
+    case auto, segmenter, rvm
+}
+
+/// What `auto` runs with these options: MatAnyone2 when an inference server is named or a MatAnyone2
+/// set is installed, else RVM when its set is, else the segmenter. Either precision's MatAnyone2 set
+/// counts, so that with precision=int8 and only the fp32 set the user gets the error that says how to
+/// make the int8 set rather than a silent switch.
+public func resolveEngine(_ choice: EngineChoice, options: EngineOptions) -> EngineKind {
     switch choice {
-    case .segmenter: useMatAnyone2 = false
-    case .matanyone2: useMatAnyone2 = true
+    case .segmenter: return .segmenter
+    case .matanyone2: return .matanyone2
+    case .rvm: return .rvm
     case .auto:
         // (An inference server serves MatAnyone2 whatever is installed here.)
-        useMatAnyone2 = options.server != nil
+        if options.server != nil
             || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: options.precision)
-            || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .fp32)
+            || ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .fp32) {
+            return .matanyone2
+        }
+        return ModelLocations.hasModelSet(modelDir: options.modelDir, engine: EngineKind.rvm.rawValue) ? .rvm : .segmenter
     }
-    guard useMatAnyone2 else {
+}
+
+/// The engine for `choice` (`auto` as `resolveEngine` decides).
+public func makeEngine(_ choice: EngineChoice, options: EngineOptions, parameters: MatAnyone2Parameters,
+                       workingShortSide: Int, seed: () throws -> SeedSource) throws -> MattingEngine {
+    let kind = resolveEngine(choice, options: options)
+    if kind != .matanyone2 {
         guard options.placement.isEmpty else {
-            throw EngineError.badSettings(detail: "model-placement places MatAnyone2's models, and the engine is the segmenter"
+            throw EngineError.badSettings(detail: "model-placement places MatAnyone2's models, and the engine is "
+                                          + (kind == .segmenter ? "the segmenter" : "RVM")
                                           + (choice == .auto ? " (engine=auto found no MatAnyone2 set in \(options.modelDir))" : "")
                                           + ": clear model-placement, or run engine=matanyone2")
         }
-        return try SegmenterEngine(options: options)
     }
-    return try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: workingShortSide, seed: try seed())
+    switch kind {
+    case .segmenter: return try SegmenterEngine(options: options)
+    case .rvm: return try RVMEngine(options: options)
+    case .matanyone2:
+        return try MatAnyone2Engine(options: options, parameters: parameters, workingShortSide: workingShortSide, seed: try seed())
+    }
 }
 
 /// Where MatAnyone2 keeps its data between models: on the models' device (a GPU's memory, with the
@@ -62,6 +84,10 @@ public struct EngineOptions: Equatable, Sendable {
     public var memoryBudget: Int
     /// Segmenter: motion-adaptive temporal smoothing, 0 (off) … 1 (see TemporalFilter).
     public var temporalSmoothing: Double = 0
+    /// RVM: the network's downsample ratio; 0 chooses it from the frame size (`RVMEngine.automaticRatio`).
+    public var rvmDownsampleRatio: Double = 0
+    /// MatAnyone2: what seeds it (auto: RVM where installed, else the segmenter).
+    public var seeder = SeederChoice.auto
     /// MatAnyone2: where data stays between models (automatic: on the GPU when the models run there).
     public var dataPlacement = DataPlacement.automatic
     /// The CPU precision=bf16 is decided on (this machine's; tests hand in others).
@@ -144,6 +170,8 @@ public protocol MattingEngine: AnyObject {
     /// Where each model runs, `name=place` in the engine's order (place: bf16, or the provider in
     /// fp32); empty for a single model or a server.
     var placement: String { get }
+    /// The licence of the weights it runs, as its set's manifest names it (stats, gst-inspect's engine list).
+    var license: String { get }
     /// Forgets all temporal state (a new stream, a seek, new caps).
     func reset()
     /// Computes the alpha of `frame` into `alpha` (same width and height).
@@ -162,6 +190,7 @@ extension MattingEngine {
     public var dataOnDevice: Bool { false }
     public var server: String? { nil }
     public var placement: String { "" }
+    public var license: String { "unknown" }
 
     /// Stateless engines have nothing to seed.
     public func reseed(_ source: SeedSource?) {}

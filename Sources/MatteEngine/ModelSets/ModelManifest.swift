@@ -15,11 +15,11 @@ public enum ModelLocations {
     /// The folder of one engine's model set inside `modelDir`. A `modelDir` that itself holds a
     /// manifest for that engine is accepted too, so users can point straight at a set; so is one
     /// whose manifest cannot be read, when it has no such subfolder (the error then names it). The
-    /// segmenter, which also seeds MatAnyone2, is found beside a `modelDir` that is the MatAnyone2
+    /// seeders (the segmenter, RVM), which also seed MatAnyone2, are found beside a `modelDir` that is the MatAnyone2
     /// set (model-dir naming that set, with seed=auto), in the folder that holds both; MatAnyone2 is
     /// never looked for beside the segmenter's set (engine=auto there means the segmenter).
     public static func engineDir(modelDir: String, engine: String) -> String {
-        setFolder(modelDir: modelDir, engine: engine, subfolder: engine, besideOtherSet: engine == EngineKind.segmenter.rawValue)
+        setFolder(modelDir: modelDir, engine: engine, subfolder: engine, besideOtherSet: engine == EngineKind.segmenter.rawValue || engine == EngineKind.rvm.rawValue)
     }
 
     private static func setFolder(modelDir: String, engine: String, subfolder: String, besideOtherSet: Bool = false) -> String {
@@ -137,6 +137,8 @@ public struct ModelManifest: Decodable {
     public let engine: String
     public let models: [String: Model]
     public let dynamicSize: Bool?
+    /// The licence of the weights, as the tool that wrote the set names it ("GPL-3.0", …).
+    public let license: String?
     /// The manifest's `precision`; else int8 when the quantizer wrote the set (it has an `int8`
     /// section), else fp32.
     public let precision: ModelPrecision
@@ -146,7 +148,7 @@ public struct ModelManifest: Decodable {
     private struct Bf16Section: Decodable { let models: [String] }
 
     enum CodingKeys: String, CodingKey {
-        case format, engine, models, int8, precision, bf16
+        case format, engine, models, int8, precision, bf16, license
         case dynamicSize = "dynamic_size"
     }
 
@@ -156,6 +158,7 @@ public struct ModelManifest: Decodable {
         engine = try container.decode(String.self, forKey: .engine)
         models = try container.decode([String: Model].self, forKey: .models)
         dynamicSize = try container.decodeIfPresent(Bool.self, forKey: .dynamicSize)
+        license = try? container.decodeIfPresent(String.self, forKey: .license)
         if let named = try container.decodeIfPresent(String.self, forKey: .precision) {
             guard let known = ModelPrecision(rawValue: named) else {
                 throw DecodingError.dataCorruptedError(forKey: .precision, in: container,

@@ -609,6 +609,40 @@ public final class Session {
         }
     }
 
+    /// One call whose outputs the runtime allocates, for a model whose output shapes follow from its
+    /// inputs' values (RVM's recurrent states depend on `downsample_ratio`): the outputs' shapes, in
+    /// `outputs`' order. A float32 output's values are copied into `into[name]` when it is given and
+    /// its shape is that tensor's.
+    func shapesOfRun(inputs: [String: Tensor], outputs names: [String], into: [String: Tensor] = [:]) throws -> [[Int]] {
+        let api = runtime.api.pointee
+        let orderedInputs = self.inputs.compactMap { spec in inputs[spec.name].map { (spec.name, $0.value) } }
+        var produced = [OpaquePointer?](repeating: nil, count: names.count)
+        defer { for value in produced where value != nil { api.ReleaseValue(value) } }
+        try withCStrings(orderedInputs.map(\.0)) { inputNames in
+            try withCStrings(names) { outputNames in
+                var inputValues: [OpaquePointer?] = orderedInputs.map(\.1)
+                try check(api.Run(handle, nil, inputNames, &inputValues, orderedInputs.count, outputNames, names.count,
+                                  &produced), "Run")
+            }
+        }
+        return try zip(names, produced).map { name, value in
+            var info: OpaquePointer?
+            try check(api.GetTensorTypeAndShape(value, &info), "GetTensorTypeAndShape")
+            defer { api.ReleaseTensorTypeAndShapeInfo(info) }
+            var rank = 0
+            try check(api.GetDimensionsCount(info, &rank), "GetDimensionsCount")
+            var dims = [Int64](repeating: 0, count: rank)
+            try check(api.GetDimensions(info, &dims, rank), "GetDimensions")
+            let shape = dims.map { Int($0) }
+            if let target = into[name], target.shape == shape {
+                var raw: UnsafeMutableRawPointer?
+                try check(api.GetTensorMutableData(value, &raw), "GetTensorMutableData")
+                target.data.update(from: raw!.assumingMemoryBound(to: Float.self), count: target.count)
+            }
+            return shape
+        }
+    }
+
     /// Prepares a reusable call: names and value pointers are laid out once, so `Binding.run()`
     /// does no allocation per frame.
     public func bind(inputs: [String: Tensor], outputs: [String: Tensor]) throws -> Binding {

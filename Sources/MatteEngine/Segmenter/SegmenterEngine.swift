@@ -8,6 +8,7 @@ public final class SegmenterEngine: MattingEngine {
     public let modelNames = ["segmenter"]
     public let directory: String
     let session: Session
+    public let license: String
     let input: Tensor
     let output: Tensor
     let binding: Binding
@@ -29,6 +30,7 @@ public final class SegmenterEngine: MattingEngine {
         directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
         let manifest = try ModelManifest.load(directory: directory)
         try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
+        license = manifest.license ?? "Apache-2.0"
         let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
         var choice = try runtime.choose(options.session.provider, device: options.session.device)
         let directory = directory  // the closure must not capture a half-built self
