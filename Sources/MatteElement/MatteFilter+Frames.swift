@@ -158,6 +158,8 @@ extension MatteFilter {
         if let engine = counts.engine {
             shim_structure_set_string(stats, "engine", engine.kind.rawValue)
             shim_structure_set_string(stats, "precision", engine.precision.rawValue)
+            shim_structure_set_string(stats, "license", engine.license)
+            if let rvm = engine as? RVMEngine, rvm.ratio > 0 { shim_structure_set_double(stats, "downsample-ratio", rvm.ratio) }
             if let server = engine.server {
                 shim_structure_set_string(stats, "provider", "server")
                 shim_structure_set_string(stats, "server", server)

@@ -245,6 +245,8 @@ final class MatteFilter {
         options.session.provider = settings.executionProvider
         options.session.device = Int(settings.gpuDevice)
         options.temporalSmoothing = Double(settings.temporalSmoothing) / 100
+        options.rvmDownsampleRatio = settings.downsampleRatio
+        options.seeder = settings.seeder
         options.placement = try ModelPlacement.parse(settings.modelPlacement)
         if !settings.inferenceServer.isEmpty {
             var server = ServerOptions(url: settings.inferenceServer)
@@ -271,8 +273,10 @@ final class MatteFilter {
         parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
         parameters.watch.patience = Int(settings.watchPatience)
         parameters.noPersonAlpha = UInt8(settings.noPersonAlpha)
-        // (The segmenter has one precision: auto has nothing to choose for it.)
-        let automatic = settings.precision.set == nil && settings.engine != .segmenter ? AutoPrecision.choose(options) : nil
+        // (auto chooses among MatAnyone2's sets: the segmenter has one precision, and RVM runs its
+        // file in fp32 unless precision=bf16 says otherwise, so that the default is exact.)
+        let automatic = settings.precision.set == nil && resolveEngine(settings.engine, options: options) == .matanyone2
+            ? AutoPrecision.choose(options) : nil
         options.precision = settings.precision.set ?? automatic?.precision ?? .fp32
         if let automatic { DebugLog.log(GST_LEVEL_INFO, handle, "precision=auto: \(automatic.reason)") }
         let make = { (options: EngineOptions) in

@@ -146,9 +146,22 @@ extension EngineChoice: PropertyEnum {
     static let typeName = "GstMatAnyoneEngine"
     var blurb: String {
         switch self {
-        case .auto: return "MatAnyone2 when its model set is installed, else the segmenter"
-        case .segmenter: return "Per-frame person segmentation (MediaPipe selfie, Apache-2.0)"
-        case .matanyone2: return "MatAnyone2 memory-based video matting"
+        case .auto: return "MatAnyone2 when its model set is installed (or inference-server is set), else RVM when "
+            + "installed, else the segmenter; the stats' engine says which ran"
+        case .segmenter: return "Per-frame person segmentation (MediaPipe selfie, Apache-2.0): a soft person mask"
+        case .matanyone2: return "MatAnyone2 memory-based video matting (official weights: NTU S-Lab License 1.0, non-commercial)"
+        case .rvm: return "Robust Video Matting, MobileNetV3 (GPL-3.0): recurrent video matting of everyone in the picture"
+        }
+    }
+}
+
+extension SeederChoice: PropertyEnum {
+    static let typeName = "GstMatAnyoneSeeder"
+    var blurb: String {
+        switch self {
+        case .auto: return "RVM where its model set is installed, else the segmenter"
+        case .segmenter: return "The person segmenter's mask (MediaPipe selfie, Apache-2.0)"
+        case .rvm: return "Robust Video Matting's matte (GPL-3.0): a closer first mask"
         }
     }
 }
@@ -180,7 +193,8 @@ enum PrecisionChoice: String, PropertyEnum {
         case .fp32: return "The exported float32 MatAnyone2 set (matanyone2/)"
         case .int8: return "The int8 QDQ set made by tools/matanyone2/quantize.py (matanyone2-int8/): faster on CPUs, less exact"
         case .fp16: return "The fp16 set made by tools/matanyone2/fp16.py (matanyone2-fp16/): for GPUs (slow on CPUs)"
-        case .bf16: return "The bf16 set made by tools/matanyone2/bf16.py (matanyone2-bf16/): OpenVINO's bfloat16 on CPUs that compute it (AVX512_BF16, AMX)"
+        case .bf16: return "The bf16 set made by tools/matanyone2/bf16.py (matanyone2-bf16/): OpenVINO's bfloat16 on CPUs that compute it (AVX512_BF16, AMX); "
+            + "RVM: its own file through OpenVINO in bfloat16"
         case .auto: return "bf16 where it pays (a CPU that computes it faster than fp32, the bf16 set, the OpenVINO build), else fp32; the stats say which ran"
         }
     }
@@ -207,6 +221,7 @@ struct Settings: Equatable {
     var gpuDevice: UInt32 = 0
     // MatAnyone2: the engine's defaults (upstream's), unless said otherwise below.
     var seed = SeedMode.auto
+    var seeder = SeederChoice.auto
     var seedMask = ""
     var memEvery = UInt32(engineDefaults.memEvery)
     var maxMemFrames = UInt32(engineDefaults.maxMemFrames)
@@ -228,6 +243,8 @@ struct Settings: Equatable {
     var asyncMaxFrames: UInt32 = 0
     /// async: carry an older frame's alpha along the motion to the frame it leaves with.
     var alignment = Alignment.motion
+    /// RVM: the network's downsample ratio (0: from the frame size, RVM's authors' rule).
+    var downsampleRatio = 0.0
     /// Segmenter: motion-adaptive temporal smoothing in percent (0 = off).
     /// 50: halves flicker at the soft edge on two real clips while a moving edge trails by under
     /// 2.5 % (tools/flicker.py, README).
@@ -275,6 +292,7 @@ enum PropertyValue: Equatable {
     case enumeration(Int32)
     case string(String)
     case uint(UInt32)
+    case double(Double)
 }
 
 /// How a property is declared (kind, default, range, when it may change) and where it lives in
@@ -284,6 +302,7 @@ struct PropertyDeclaration {
         case enumeration(typeName: String, defaultValue: Int32)
         case string(defaultValue: String)
         case uint(minimum: UInt32, maximum: UInt32, defaultValue: UInt32)
+        case double(minimum: Double, maximum: Double, defaultValue: Double)
     }
 
     /// Model-affecting properties change only in READY (or NULL); the rest also while playing.
@@ -343,6 +362,15 @@ struct PropertyDeclaration {
             write: { settings, value in if case let .uint(number) = value { settings[keyPath: field] = number } })
     }
 
+    static func double(_ name: String, _ nick: String, _ blurb: String, _ field: WritableKeyPath<Settings, Double>,
+                       _ range: ClosedRange<Double>, _ mutability: Mutability) -> PropertyDeclaration {
+        PropertyDeclaration(
+            name: name, nick: nick, blurb: blurb,
+            kind: .double(minimum: range.lowerBound, maximum: range.upperBound, defaultValue: Settings()[keyPath: field]),
+            mutability: mutability, read: { .double($0[keyPath: field]) },
+            write: { settings, value in if case let .double(number) = value { settings[keyPath: field] = number } })
+    }
+
     /// The declaration of GObject property `id`, if it is one of ours.
     static func with(id: UInt32) -> PropertyDeclaration? {
         id >= 1 && Int(id) <= all.count ? all[Int(id) - 1] : nil
@@ -377,6 +405,9 @@ struct PropertyDeclaration {
                   + "lists them unless CUDA_VISIBLE_DEVICES renumbers them)", \.gpuDevice, 0...63, .ready),
         .enumeration("seed", "Seed",
                      "How MatAnyone2 gets its first-frame mask (until seeded, frames pass through with alpha 255)", \.seed, .ready),
+        .enumeration("seeder", "Seeder",
+                     "MatAnyone2 with seed=auto: what gives the first-frame mask and what the quality watch compares "
+                         + "the tracks with", \.seeder, .ready),
         .string("seed-mask", "Seed mask",
                 "Image (PNG, JPEG, …; white = the person) that seeds MatAnyone2 with seed=mask; resized to the frame. "
                     + "Changed while playing, it seeds the next (re)seed", \.seedMask, .playing)
@@ -389,7 +420,8 @@ struct PropertyDeclaration {
         .uint("working-size", "Working size",
               "MatAnyone2: short side of the size the model runs at, keeping the frame's aspect, multiples of 16 "
                   + "(0 = the frame's own size)", \.workingSize, 0...4096, .ready),
-        .enumeration("precision", "Precision", "MatAnyone2: which model set to run (auto: bf16 where it pays, else fp32); int8, fp16 and bf16 must be made first (see the README)",
+        .enumeration("precision", "Precision", "MatAnyone2: which model set to run (auto: bf16 where it pays, else fp32); int8, fp16 and bf16 must be made first (see the README). "
+                         + "RVM: fp32 (auto), or bf16 on CPUs that compute it",
                      \.precision, .ready),
         .string("model-placement", "Model placement",
                 "MatAnyone2: run named models elsewhere than the rest of the set, as MODEL=PLACEMENT,… (models: encoder, uncert, "
@@ -415,6 +447,11 @@ struct PropertyDeclaration {
                      "mode=async: a frame that leaves with an older frame's alpha wears it carried along the picture's "
                          + "motion since then (motion: ~3–5 ms a 1080p frame on two cores), or as it is (none)",
                      \.alignment, .playing),
+        .double("downsample-ratio", "Downsample ratio",
+                "RVM: the scale the network works at inside (its deep guided filter gives the alpha at the frame's size); "
+                    + "0 = chosen from the frame size, an internal picture of about 480 px on the long side (RVM's authors' "
+                    + "advice for portraits: 0.25 for 1080p, 0.375 for 720p); full-body shots matte better at about 1.6 times "
+                    + "that; otherwise 0.03125-1", \.downsampleRatio, 0...1, .ready),
         .uint("temporal-smoothing", "Temporal smoothing",
               "Segmenter: how strongly the matte of still parts of the picture is averaged over time against flicker, "
                   + "in percent (0 = off); where the picture moves the matte follows at once", \.temporalSmoothing, 0...99, .ready),

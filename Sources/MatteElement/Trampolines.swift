@@ -282,6 +282,7 @@ private let enumTypes: [String: GType] = [
     GrayRange.typeName: registerEnum(GrayRange.self),
     Alignment.typeName: registerEnum(Alignment.self),
     EngineChoice.typeName: registerEnum(EngineChoice.self),
+    SeederChoice.typeName: registerEnum(SeederChoice.self),
     ExecutionProvider.typeName: registerEnum(ExecutionProvider.self),
     SeedMode.typeName: registerEnum(SeedMode.self),
     MatteMode.typeName: registerEnum(MatteMode.self),
@@ -327,7 +328,7 @@ private let classInit: GClassInitFunc = { klass, _ in
 private func installMetadataAndPads(_ elementClass: UnsafeMutablePointer<GstElementClass>) {
     gst_element_class_set_metadata(
         elementClass, "MatAnyone human video matting", "Filter/Effect/Video",
-        "Live human video matting (MatAnyone2, or per-frame person segmentation): BGRA in, alpha plane "
+        "Live human video matting (MatAnyone2, Robust Video Matting, or per-frame person segmentation): BGRA in, alpha plane "
             + "(GRAY8) or composite (BGRA/RGBA) out",
         "gst-matanyone developers")
     for (name, direction, capsString) in [("sink", GST_PAD_SINK, sinkCapsString), ("src", GST_PAD_SRC, sourceCapsString)] {
@@ -542,6 +543,9 @@ private func installProperties(_ objectClass: UnsafeMutablePointer<GObjectClass>
         case let .uint(minimum, maximum, defaultValue):
             spec = g_param_spec_uint(declaration.name, declaration.nick, declaration.blurb,
                                      minimum, maximum, defaultValue, flags)
+        case let .double(minimum, maximum, defaultValue):
+            spec = g_param_spec_double(declaration.name, declaration.nick, declaration.blurb,
+                                       minimum, maximum, defaultValue, flags)
         }
         g_object_class_install_property(objectClass, guint(index + 1), spec)
     }
@@ -556,6 +560,7 @@ private let setPropertyTrampoline:
         case .enumeration: converted = .enumeration(Int32(g_value_get_enum(value)))
         case .string: converted = .string(g_value_get_string(value).map { String(cString: $0) } ?? "")
         case .uint: converted = .uint(g_value_get_uint(value))
+        case .double: converted = .double(g_value_get_double(value))
         }
         if filter(object).setProperty(declaration, converted) { g_object_notify_by_pspec(object, spec) }
     }
@@ -568,6 +573,7 @@ private let getPropertyTrampoline:
         case let .enumeration(raw): g_value_set_enum(value, gint(raw))
         case let .string(text): g_value_set_string(value, text)
         case let .uint(number): g_value_set_uint(value, number)
+        case let .double(number): g_value_set_double(value, number)
         }
     }
 

@@ -254,6 +254,61 @@ import MattePixels
         }
     }
 
+    /// RVM predicts the person's colour too (its `fgr` output). Is it a better source for the soft edge
+    /// than the element's estimate? The same scenes over the new colour, each composited with the true
+    /// matte: once with the element's estimate, once with RVM's foreground of that frame (three passes
+    /// over the still frame, its states settled). The element keeps its estimate for RVM's composites
+    /// because it is the closer of the two here, on every scene: this test fails if that stops holding.
+    @Test func theElementsEstimateBeatsRVMsForegroundAtTheSoftEdge() throws {
+        let engine = try RVMEngine(options: EngineOptions(modelDir: TestPaths.fullModelDir))
+        engine.keepsForeground = true
+        let colour = (b: Float(Self.newColour & 0xFF), g: Float((Self.newColour >> 8) & 0xFF), r: Float((Self.newColour >> 16) & 0xFF))
+        for (layers, kind) in [(Self.scenes, "person layer"), (Self.wholeFrames, "whole frame")] {
+            for scene in layers {
+                for old in Self.oldBackgrounds(width: scene.width, height: scene.height) {
+                    let (width, height) = (scene.width, scene.height)
+                    let frame = Self.over(scene.foreground, old.pixels, alpha: scene.alpha)
+                    engine.reset()
+                    var matte = [UInt8](repeating: 0, count: width * height)
+                    var report = FrameReport(modelCount: 1)
+                    for _ in 0..<3 {
+                        try frame.withUnsafeBufferPointer { pixels in
+                            try matte.withUnsafeMutableBufferPointer { out in
+                                try engine.matte(BGRAImage(base: pixels.baseAddress!, width: width, height: height, stride: width * 4),
+                                                 into: GrayImage(base: out.baseAddress!, width: width, height: height, stride: width),
+                                                 report: &report)
+                            }
+                        }
+                    }
+                    var viaRVM = [UInt8](repeating: 255, count: width * height * 4)
+                    var truth = [Float](repeating: 0, count: width * height * 3)
+                    let filled: Bool? = engine.withForeground { planes, w, h -> Bool in
+                        for i in 0..<(w * h) {
+                            let a = Float(scene.alpha[i]) / 255
+                            let rgb = (planes[i] * 255, planes[w * h + i] * 255, planes[2 * w * h + i] * 255)
+                            viaRVM[4 * i] = UInt8(max(0, min(255, (a * rgb.2 + (1 - a) * colour.b).rounded())))
+                            viaRVM[4 * i + 1] = UInt8(max(0, min(255, (a * rgb.1 + (1 - a) * colour.g).rounded())))
+                            viaRVM[4 * i + 2] = UInt8(max(0, min(255, (a * rgb.0 + (1 - a) * colour.r).rounded())))
+                            truth[3 * i] = a * Float(scene.foreground[4 * i]) + (1 - a) * colour.b
+                            truth[3 * i + 1] = a * Float(scene.foreground[4 * i + 1]) + (1 - a) * colour.g
+                            truth[3 * i + 2] = a * Float(scene.foreground[4 * i + 2]) + (1 - a) * colour.r
+                        }
+                        return true
+                    }
+                    try #require(filled == true)
+                    var compositor = Compositor()
+                    let estimated = Self.composite(frame, alpha: scene.alpha, width: width, height: height, background: .color,
+                                                   estimate: true, compositor: &compositor)
+                    let ours = Self.edgeError(estimated, truth: truth, alpha: scene.alpha)
+                    let rvm = Self.edgeError(viaRVM, truth: truth, alpha: scene.alpha)
+                    let name = "\(scene.name), F \(kind), old \(old.name), new color"
+                    print("\(name): estimated \(ours); RVM's foreground \(rvm)")
+                    #expect(ours.mean < rvm.mean, "\(name): RVM's foreground is the closer: make it RVM's default edge source")
+                }
+            }
+        }
+    }
+
     /// A flat foreground over a flat green behind a soft-edged disc: the estimate finds the foreground's
     /// colour under the edge, where plain blending keeps the green. No media: runs anywhere.
     @Test func aFlatForegroundIsFoundUnderItsSoftEdge() {

@@ -20,6 +20,7 @@ class ForwardingEngine: MattingEngine {
     var provider: ExecutionProvider { inner.provider }
     var providerNote: String? { inner.providerNote }
     var dataOnDevice: Bool { inner.dataOnDevice }
+    var license: String { inner.license }
 
     func reset() { inner.reset() }
     func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {

@@ -23,7 +23,8 @@ inspect_lists_everything() {
     local text; text="$(gst-inspect-1.0 matanyone)" || return 1
     for word in "Filter/Effect/Video" "SINK template" "SRC template" "GRAY8" "RGBA" "BGRA" output background \
                 background-color alpha-mode gray-range model-dir engine stats-interval runtime-library threads execution-provider gpu-device \
-                inference-server server-timeout server-shared-memory model-placement \
+                inference-server server-timeout server-shared-memory model-placement downsample-ratio seeder \
+                "Robust Video Matting" "GPL-3.0" "Apache-2.0" "S-Lab" \
                 "License                  LGPL"; do
         grep -q -- "$word" <<<"$text" || { echo "gst-inspect-1.0 matanyone lacks '$word'"; return 1; }
     done
@@ -42,6 +43,16 @@ stats_to_eos() {
     [ "$n" -gt 100 ] || { echo "only $n stats messages"; return 1; }
 }
 check "Megamind.avi → GRAY8 with stats-interval=1 runs to EOS" stats_to_eos
+
+# What set-up leaves is what a newcomer runs: engine=auto is Robust Video Matting (no MatAnyone2 set is
+# installed by default), and its stats name it and its licence.
+default_is_rvm() {
+    local log="$OUT/stats.log"
+    grep -q "engine=(string)rvm" "$log" || { echo "engine=auto did not run rvm:"; grep -m1 matanyone-stats "$log"; return 1; }
+    grep -q "license=(string)GPL-3.0" "$log" || { echo "no GPL-3.0 licence in the stats"; return 1; }
+    ! grep -q "engine=(string)segmenter" "$log"
+}
+check "engine=auto on a fresh set-up runs Robust Video Matting (stats: engine rvm, licence GPL-3.0)" default_is_rvm
 
 alpha_pngs() {
     "$ROOT/examples/pipelines/file-to-alpha-pngs.sh" "$CLIP" "$OUT/alpha" || return 1
