@@ -273,10 +273,16 @@ final class MatteFilter {
         parameters.watch.maximumUncertainty = Double(settings.watchUncertainty) / 100
         parameters.watch.patience = Int(settings.watchPatience)
         parameters.noPersonAlpha = UInt8(settings.noPersonAlpha)
-        // (auto chooses among MatAnyone2's sets: the segmenter has one precision, and RVM runs its
-        // file in fp32 unless precision=bf16 says otherwise, so that the default is exact.)
-        let automatic = settings.precision.set == nil && resolveEngine(settings.engine, options: options) == .matanyone2
-            ? AutoPrecision.choose(options) : nil
+        // (The segmenter has one precision: auto has nothing to choose for it. MatAnyone2 and RVM run
+        // bf16 on the CPUs where it pays.)
+        var automatic: AutoPrecision.Choice?
+        if settings.precision.set == nil {
+            switch resolveEngine(settings.engine, options: options) {
+            case .matanyone2: automatic = AutoPrecision.choose(options)
+            case .rvm: automatic = AutoPrecision.chooseForRVM(options)
+            case .segmenter: automatic = nil
+            }
+        }
         options.precision = settings.precision.set ?? automatic?.precision ?? .fp32
         if let automatic { DebugLog.log(GST_LEVEL_INFO, handle, "precision=auto: \(automatic.reason)") }
         let make = { (options: EngineOptions) in

@@ -421,7 +421,7 @@ struct PropertyDeclaration {
               "MatAnyone2: short side of the size the model runs at, keeping the frame's aspect, multiples of 16 "
                   + "(0 = the frame's own size)", \.workingSize, 0...4096, .ready),
         .enumeration("precision", "Precision", "MatAnyone2: which model set to run (auto: bf16 where it pays, else fp32); int8, fp16 and bf16 must be made first (see the README). "
-                         + "RVM: fp32 (auto), or bf16 on CPUs that compute it",
+                         + "RVM: auto as for MatAnyone2 (bf16 where it pays), fp32 (exact), or bf16",
                      \.precision, .ready),
         .string("model-placement", "Model placement",
                 "MatAnyone2: run named models elsewhere than the rest of the set, as MODEL=PLACEMENT,… (models: encoder, uncert, "

@@ -26,11 +26,11 @@ import TestPaths
         return stride(from: 0, to: data.count - 512 * 288 + 1, by: 512 * 288).map { Array(data[$0..<$0 + 512 * 288]) }
     }
 
-    /// The default chain on the dancer: engine=auto runs RVM, each frame within 1 LSB of Python ONNX
-    /// Runtime's alpha of the same frame (the states carried through the element), and the stats say
-    /// which engine ran.
+    /// The default chain on the dancer: engine=auto runs RVM; in fp32 each frame is within 1 LSB of
+    /// Python ONNX Runtime's alpha of the same frame (the states carried through the element), and the
+    /// stats say which engine ran.
     @Test func autoRunsRVMAndEveryFrameMatchesTheReference() throws {
-        let run = runPipeline("\(realFrames) ! identity eos-after=41 ! matanyone model-dir=\"\(Self.defaultSets)\" stats-interval=1 "
+        let run = runPipeline("\(realFrames) ! identity eos-after=41 ! matanyone model-dir=\"\(Self.defaultSets)\" precision=fp32 stats-interval=1 "
                               + "! video/x-raw,format=GRAY8 ! appsink name=out sync=false", timeout: 120)
         #expect(run.error == nil, "\(run.error?.message ?? "")")
         let expected = try reference()
@@ -42,6 +42,25 @@ import TestPaths
         #expect(!stats.isEmpty && stats.allSatisfy { $0["engine"] == "rvm" && $0["license"] == "GPL-3.0" })
         #expect(stats.allSatisfy { $0["rvm-ms"].flatMap(Double.init) ?? 0 > 0 })
         #expect(stats.first?["downsample-ratio"].flatMap(Double.init) == 0.9375)
+    }
+
+    /// precision=auto (the default) runs what AutoPrecision.chooseForRVM decides for this machine (bf16
+    /// on CPUs where it pays, else fp32), and the stats say which; bf16, where it runs, is close to fp32.
+    @Test func autoPrecisionRunsWhatTheRuleChooses() throws {
+        let expected = AutoPrecision.chooseForRVM(EngineOptions(modelDir: Self.defaultSets)).precision
+        let run = runPipeline("\(realFrames) ! identity eos-after=11 ! matanyone model-dir=\"\(Self.defaultSets)\" stats-interval=1 "
+                              + "! video/x-raw,format=GRAY8 ! appsink name=out sync=false", timeout: 120)
+        #expect(run.error == nil, "\(run.error?.message ?? "")")
+        let stats = run.elementMessages.filter { $0["name"] == "matanyone-stats" }
+        #expect(!stats.isEmpty && stats.allSatisfy { $0["engine"] == "rvm" && $0["precision"] == expected.rawValue })
+        let reference = try reference()
+        try #require(run.samples.count == 10)
+        var total = 0
+        for (got, want) in zip(run.samples, reference) {
+            for (x, y) in zip(got, want) { total += abs(Int(x) - Int(y)) }
+        }
+        let mean = Double(total) / Double(10 * 512 * 288) / 255
+        #expect(expected == .fp32 ? mean == 0 : (mean > 0 && mean < 0.01), "mean |dα| \(mean) from fp32 (\(expected.rawValue))")
     }
 
     /// Async mode at the clip's rate: every frame leaves, matted by RVM on the inference thread.

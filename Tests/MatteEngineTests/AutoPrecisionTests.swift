@@ -33,6 +33,29 @@ struct AutoPrecisionTests {
                              environment: [:])
     }
 
+    /// RVM follows the same CPU rule, with no set to make (its own file runs in bf16).
+    @Test func rvmRunsBf16WhereItPaysElseFp32() throws {
+        let openvino = FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath)
+        func choose(_ cpu: CpuFeatures, provider: ExecutionProvider = .cpu, runtimeLibrary: String = "") -> AutoPrecision.Choice {
+            AutoPrecision.chooseForRVM(Self.options(cpu, modelDir: "/nonexistent", provider: provider, runtimeLibrary: runtimeLibrary),
+                                       environment: [:])
+        }
+        for cpu in [Bf16Tests.zen4, Bf16Tests.intelAmx] {
+            let choice = choose(cpu)
+            #expect(choice.precision == (openvino ? .bf16 : .fp32), "\(choice.reason)")
+        }
+        let cases: [(AutoPrecision.Choice, String)] = [
+            (choose(Bf16Tests.avx2Only), "does not compute bf16"),
+            (choose(Bf16Tests.intelNoAmx), "slower than fp32"),
+            (choose(Bf16Tests.cpu(vendor: "HygonGenuine", model: "Hygon C86", flags: "avx512f avx512_bf16")), "--engines rvm --bf16"),
+            (choose(Bf16Tests.zen4, provider: .cuda), "execution-provider=cuda"),
+            (choose(Bf16Tests.zen4, runtimeLibrary: "/some/libonnxruntime.so"), "runtime-library"),
+        ]
+        for (choice, says) in cases {
+            #expect(choice.precision == .fp32 && choice.reason.contains(says), "\(choice.reason)")
+        }
+    }
+
     @Test func bf16OnlyWhereItPays() throws {
         let withSet = try Self.folder(bf16: true), withoutSet = try Self.folder(bf16: false)
         let openvino = FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath)

@@ -26,6 +26,30 @@ public enum AutoPrecision {
         if let name = ModelPlacement.modelNames.first(where: { options.placement[$0]?.onGpu == true }) {
             return fp32("model-placement puts \(name) on a GPU, which bf16 (OpenVINO on the CPU) cannot share a runtime with")
         }
+        if let refusal = cpuRefusal(options, measuring: "scripts/bench.sh --precision bf16 --no-upstream") { return refusal }
+        guard ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .bf16) else {
+            return fp32("this CPU computes bf16 (\(options.cpuFeatures.bf16.joined(separator: ", "))), but there is no bf16 set at \(set) "
+                        + "(tools/matanyone2/bf16.py makes it: README, \"Bf16\")")
+        }
+        if let refusal = runtimeRefusal(options, environment: environment) { return refusal }
+        return Choice(precision: .bf16, reason: "bf16: this CPU computes it (\(options.cpuFeatures.bf16.joined(separator: ", "))) and the bf16 "
+                      + "set is at \(set)")
+    }
+
+    /// What `precision=auto` runs for RVM: bf16 (its own file through OpenVINO) on the CPUs where bf16
+    /// pays, as for MatAnyone2; measured for RVM on a Zen 4: 1.19-1.74x fp32 at mean |Δα| 0.0004-0.0005
+    /// (README, "Robust Video Matting"). Elsewhere fp32, byte for byte Python ONNX Runtime's alpha.
+    public static func chooseForRVM(_ options: EngineOptions,
+                                    environment: [String: String] = ProcessInfo.processInfo.environment) -> Choice {
+        if let refusal = cpuRefusal(options, measuring: "scripts/bench.sh --engines rvm --bf16") { return refusal }
+        if let refusal = runtimeRefusal(options, environment: environment) { return refusal }
+        return Choice(precision: .bf16, reason: "bf16: this CPU computes it (\(options.cpuFeatures.bf16.joined(separator: ", "))), "
+                      + "RVM's file runs through OpenVINO in bf16 (precision=fp32 gives the exact alpha)")
+    }
+
+    /// fp32 with the reason when the provider or this CPU rules bf16 out (nil: they allow it).
+    private static func cpuRefusal(_ options: EngineOptions, measuring: String) -> Choice? {
+        func fp32(_ why: String) -> Choice { Choice(precision: .fp32, reason: "fp32: " + why) }
         guard [.cpu, .openvino].contains(options.session.provider) else {
             return fp32("execution-provider=\(options.session.provider.rawValue) is not the CPU")
         }
@@ -37,13 +61,15 @@ public enum AutoPrecision {
         }
         guard cpu.vendor == "AuthenticAMD" || cpu.amxBf16 else {
             return fp32("bf16 is measured faster than fp32 on AMD Zen 4 and later and on Intel's AMX, not on this CPU "
-                        + "(\(cpu.vendor.isEmpty ? "vendor unknown" : cpu.vendor)): scripts/bench.sh --precision bf16 --no-upstream "
+                        + "(\(cpu.vendor.isEmpty ? "vendor unknown" : cpu.vendor)): \(measuring) "
                         + "measures it, precision=bf16 runs it")
         }
-        guard ModelLocations.hasMatAnyone2Set(modelDir: options.modelDir, precision: .bf16) else {
-            return fp32("this CPU computes bf16 (\(cpu.bf16.joined(separator: ", "))), but there is no bf16 set at \(set) "
-                        + "(tools/matanyone2/bf16.py makes it: README, \"Bf16\")")
-        }
+        return nil
+    }
+
+    /// fp32 with the reason when the runtime bf16 needs (set-up's OpenVINO build) is not the one to run.
+    private static func runtimeRefusal(_ options: EngineOptions, environment: [String: String]) -> Choice? {
+        func fp32(_ why: String) -> Choice { Choice(precision: .fp32, reason: "fp32: " + why) }
         guard options.runtimeLibrary.isEmpty, (environment["MATANYONE_ONNXRUNTIME"] ?? "").isEmpty else {
             return fp32("runtime-library or MATANYONE_ONNXRUNTIME names the runtime, and bf16 runs on the OpenVINO build "
                         + "set-up installs")
@@ -51,7 +77,6 @@ public enum AutoPrecision {
         guard FileManager.default.fileExists(atPath: OnnxRuntime.openvinoLibraryPath) else {
             return fp32("ONNX Runtime's OpenVINO build, which bf16 runs on, is not installed at \(OnnxRuntime.openvinoLibraryPath)")
         }
-        return Choice(precision: .bf16, reason: "bf16: this CPU computes it (\(cpu.bf16.joined(separator: ", "))) and the bf16 "
-                      + "set is at \(set)")
+        return nil
     }
 }

@@ -87,7 +87,7 @@ public final class RVMEngine: MattingEngine {
         requestedRatio = ratio
         guard [.fp32, .bf16].contains(options.precision) else {
             throw EngineError.badSettings(detail: "precision=\(options.precision.rawValue) chooses a MatAnyone2 set; RVM runs fp32 "
-                                          + "(precision=auto or fp32) or bf16 (precision=bf16, on CPUs that compute it)")
+                                          + "(precision=fp32, exact) or bf16 (precision=bf16, on CPUs that compute it; auto chooses)")
         }
         precision = options.precision
         directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.rvm.rawValue)
