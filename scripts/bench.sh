@@ -7,6 +7,9 @@
 #   scripts/bench.sh --live --modes sync --engines segmenter,matanyone2 --duration 15
 # With --server first: MatAnyone2 on the Triton server of tools/serve against in-process (tools/bench_server.py):
 #   scripts/bench.sh --server --frames 40 --streams 1,2,4
+# With --engines rvm first: Robust Video Matting through the element against Python ONNX Runtime, same
+# frames, several sizes (tools/bench_rvm.py):
+#   scripts/bench.sh --engines rvm --sizes 512x288,1280x720,1920x1080 --json bench/rvm.json
 # With --pixels first: each build of the element's own pixel work (baseline, AVX2, AVX-512) in one run
 # (tools/bench_pixels.py):
 #   scripts/bench.sh --pixels --sizes 1920x1080,1280x720 --json bench/pixels.json
@@ -18,6 +21,9 @@ if [ "${1:-}" = "--pixels" ]; then
 fi
 if [ "${1:-}" = "--server" ]; then "$ROOT/scripts/setup.sh" --server >/dev/null; else "$ROOT/scripts/setup.sh" >/dev/null; fi
 cd "$ROOT"
+if [ "${1:-}" = "--engines" ] && [ "${2:-}" = rvm ] || [ "${1:-}" = "--engines=rvm" ]; then
+    exec .venv/bin/python -m tools.bench_rvm "$@"
+fi
 MODELS="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone/models"
 # The two options this script acts on, read exactly (`--name value` or `--name=value`, as argparse
 # takes them); everything is passed on to the Python tool as given.
@@ -39,9 +45,15 @@ if [ ! -f "$MODELS/matanyone2/manifest.json" ] && [ -z "$MODEL_DIR" ]; then
         .venv/bin/python -m tools.matanyone2.export --out "$TEST_MODELS/matanyone2" --random-init 0
     fi
     ln -sfn "$MODELS/segmenter" "$TEST_MODELS/segmenter"
+    # The live benchmark's engines all in one folder (RVM too), apart from the tests' own.
+    BENCH_MODELS="$ROOT/build/bench-models"
+    mkdir -p "$BENCH_MODELS"
+    ln -sfn "$TEST_MODELS/matanyone2" "$BENCH_MODELS/matanyone2"
+    for set in segmenter rvm; do if [ -e "$MODELS/$set" ]; then ln -sfn "$MODELS/$set" "$BENCH_MODELS/$set"; fi; done
     EXTRA=(--model-dir "$TEST_MODELS")
 fi
 if [ "${1:-}" = "--live" ]; then
+    [ ${#EXTRA[@]} -gt 0 ] && EXTRA=(--model-dir "$BENCH_MODELS")
     exec .venv/bin/python -m tools.bench_live "${EXTRA[@]}" "${@:2}"
 fi
 if [ "${1:-}" = "--server" ]; then

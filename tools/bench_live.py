@@ -78,7 +78,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WARMUP_S = 5.0
 MODES = ("sync", "async")
 ALIGNMENTS = ("motion", "none")
-ENGINES = ("matanyone2", "segmenter")
+ENGINES = ("matanyone2", "segmenter", "rvm")
 SOURCES = ("ball", "clip")
 # What the element makes: extra element properties and the caps after it.
 OUTPUTS = {
@@ -353,6 +353,8 @@ def pipeline_description(args, engine: str, mode: str, mask: Path | None, alignm
         element += f" model-dir={shlex.quote(str(Path(args.model_dir).resolve()))}"
     if getattr(args, "threads", None) is not None:
         element += f" threads={args.threads}"
+    if getattr(args, "precision", None):
+        element += f" precision={args.precision}"
     if engine == "matanyone2":
         element += f" seed=mask seed-mask={shlex.quote(str(mask))}"
         if getattr(args, "placement", ""):
@@ -472,7 +474,7 @@ def print_table(runs: list[dict]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default="sync,async", help="comma-separated: sync, async")
-    parser.add_argument("--engines", default="matanyone2,segmenter", help="comma-separated: matanyone2, segmenter")
+    parser.add_argument("--engines", default="matanyone2,segmenter", help="comma-separated: matanyone2, segmenter, rvm")
     parser.add_argument("--duration", type=int, default=60, help="seconds per run (fps × duration buffers)")
     parser.add_argument("--size", default="512x288", help="MatAnyone2 working size WxH (its short side is used)")
     parser.add_argument("--input", default="1280x720", help="frame size WxH from the live source")
@@ -485,6 +487,7 @@ def main(argv=None) -> int:
     parser.add_argument("--element-p95-ms", type=float, help="also a target: the element's total-ms p95 at most this")
     parser.add_argument("--model-dir", help="model folder (default: the installed one)")
     parser.add_argument("--threads", type=int, help="the element's threads (default: its own default)")
+    parser.add_argument("--precision", help="the element's precision (default: its own default), e.g. bf16")
     parser.add_argument("--placement", default="", help="MatAnyone2 runs: the element's model-placement, e.g. encoder=bf16")
     parser.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "live.json")
     parser.add_argument("--commit", action="store_true", help="also write OUT_DIR/live-<engine>-<mode>.json")
