@@ -220,9 +220,12 @@ def machine() -> dict:
 
 def element_run(env: dict, label: str, *, frames: Path, n_files: int, in_w: int, in_h: int, working: int,
                 provider: str, precision: str, models: Path, mask: Path, total: int,
-                alpha_path: Path | None, alpha_frames: int, timeout: float, logs: Path) -> dict:
-    element = (f'matanyone engine=matanyone2 model-dir={models} seed=mask seed-mask={mask} '
-               f'execution-provider={provider} precision={precision} working-size={working} stats-interval=1')
+                alpha_path: Path | None, alpha_frames: int, timeout: float, logs: Path, engine: str = 'matanyone2') -> dict:
+    if engine == 'rvm':  # (no seed, no working size: the frame at its own size, downsample-ratio from it)
+        element = f'matanyone engine=rvm model-dir={models} execution-provider={provider} stats-interval=1'
+    else:
+        element = (f'matanyone engine=matanyone2 model-dir={models} seed=mask seed-mask={mask} '
+                   f'execution-provider={provider} precision={precision} working-size={working} stats-interval=1')
     source = (f'multifilesrc location={frames}/%03d.bgra index=0 start-index=0 stop-index={n_files - 1} loop=true '
               f'! rawvideoparse format=bgra width={in_w} height={in_h} framerate=30/1 '
               f'! queue max-size-buffers=4 ! identity eos-after={total + 1}')
@@ -496,6 +499,43 @@ def main(argv=None) -> int:
     elif not smoke:
         notes.append("tensorrt: TensorRT's libraries (libnvinfer.so.10) are not on this machine")
 
+    # 4b. Robust Video Matting (engine=rvm, the default without MatAnyone2's weights), last: the frame at
+    #     its own 1920x1088 (1920x1080 in the smoke test), fp32, on the GPU and on the CPU (deviation)
+    rvm_results: dict[str, dict] = {}
+    if (models / 'rvm' / 'manifest.json').is_file():
+        in_w, in_h = (1920, 1080) if smoke else (1920, 1088)
+        total, k = (10, 4) if smoke else (300, 6)
+        folder = Path(frames['folders'][f'{in_w}x{in_h}'])
+        label = f'rvm-{provider}-fp32-{in_w}x{in_h}'
+        if budget.allows(60 + total / 20, label):
+            run = element_run(env, label, frames=folder, n_files=frames['frames'], in_w=in_w, in_h=in_h, working=0,
+                              provider=provider, precision='fp32', models=models, mask=masks[f'{in_w}x{in_h}'],
+                              total=total, alpha_path=alphas / f'alpha-{label}.gray', alpha_frames=k,
+                              timeout=min(budget.left() - 5, 120 + total / 10), logs=logs, engine='rvm')
+            figures = element_figures(run, 2, provider, 'fp32', total)
+            if 'error' in run:
+                figures['error'] = run['error']
+            if budget.allows(40, 'rvm cpu reference') and provider != 'cpu':
+                reference = alphas / f'alpha-rvm-cpu-{in_w}x{in_h}.gray'
+                ref = element_run(env, f'rvm-cpu-reference-{in_w}x{in_h}', frames=folder, n_files=frames['frames'],
+                                  in_w=in_w, in_h=in_h, working=0, provider='cpu', precision='fp32', models=models,
+                                  mask=masks[f'{in_w}x{in_h}'], total=k, alpha_path=reference, alpha_frames=k,
+                                  timeout=max(20, budget.left() - 10), logs=logs, engine='rvm')
+                if ref['rc'] == 0:
+                    figures['deviation_vs_cpu_fp32'] = deviation(alphas / f'alpha-{label}.gray', reference, in_w, in_h, k)
+            key = f'{in_w}x{in_h}'
+            target = 60 if not smoke else None
+            fps = figures.get('fps_wall') or figures.get('fps')
+            rvm_results[key] = {'engine': 'rvm', 'provider': provider, 'input_size': [in_w, in_h], 'gpu': gpu,
+                                'machine': machine(), 'figures': figures, 'date': time.strftime('%Y-%m-%d'),
+                                'targets': {'fps': {'target': target, 'value': fps, 'met': bool(target and fps and fps >= target)}}}
+            name = f'gpu-{provider}-rvm-{key}.json' if not smoke else f'smoke-{provider}-rvm-{key}.json'
+            (out / 'bench' / name).write_text(json.dumps(rvm_results[key], indent=2))
+            log(f'{label}: {fps or 0:.1f} fps' + (f", mean |Δα| vs cpu {figures['deviation_vs_cpu_fp32']['mean_abs']:.5f}"
+                                                  if figures.get('deviation_vs_cpu_fp32') else ''))
+    else:
+        notes.append('rvm: no RVM set was carried (scripts/setup.sh installs it before pack.sh)')
+
     shutil.rmtree(alphas, ignore_errors=True)
 
     # 5. results
@@ -581,6 +621,13 @@ def main(argv=None) -> int:
                 lines.append(f'  target >= {TARGET_SPEEDUP:.0f}x upstream on the same GPU: {verdict}'
                              + (f' ({best_speedup:.2f}x: best precision, wall fps, vs the fastest upstream mode)'
                                 if best_speedup else ''))
+    for key, r in rvm_results.items():
+        f = r['figures']
+        fps = r['targets']['fps']['value']
+        d = f.get('deviation_vs_cpu_fp32')
+        lines.append(f'rvm {r["provider"]} fp32 {key}: ' + (f'{fps:.1f} fps' if fps else f'no figures ({str(f.get("error", "failed"))[:200]!r})')
+                     + (f', mean |Δα| vs cpu fp32 {d["mean_abs"]:.5f}, IoU@0.5 {d["iou_at_0.5"]:.4f}' if d else '')
+                     + (f'; target >= 60 fps: {"MET" if r["targets"]["fps"]["met"] else "NOT MET"}' if r['targets']['fps']['target'] else ''))
     lines += [f'note: {n}' for n in notes]
     text = '\n'.join(lines)
     (out / 'summary.txt').write_text(text + '\n')

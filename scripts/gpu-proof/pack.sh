@@ -16,7 +16,7 @@
 #   gst-debs.tar      Debian 12 .debs: GStreamer 1.22 core/base/tools (+ good, for multifilesrc) and
 #                     what they and the plugin link (run.sh keeps only the plugins the pipelines use)
 #   ort-core.tar.zst  onnxruntime-gpu 1.31.1: libonnxruntime.so, providers_shared, providers_tensorrt
-#   models.tar.zst    the random-init fp32 MatAnyone2 set (--models carry, the default)
+#   models.tar.zst    the random-init fp32 MatAnyone2 set (--models carry, the default), and RVM's set
 #   ort-cuda.so.zst   libonnxruntime_providers_cuda.so (284 MB; zstd -19 --long=27)
 # Compressed payloads are cached in OUT/cache by source hash, so a second pack takes seconds.
 set -euo pipefail
@@ -154,10 +154,15 @@ if [ "$MODELS_MODE" = carry ]; then
         say "exporting the random-init set into $MODEL_SET (a few minutes)"
         (cd "$ROOT" && "$PY" -m tools.matanyone2.export --out "$MODEL_SET" --random-init 0)
     fi
-    MODEL_KEY="$(cat "$MODEL_SET"/manifest.json "$MODEL_SET"/*.onnx | sha256sum | cut -d' ' -f1)"
-    say "model set $MODEL_SET ($(du -sh "$MODEL_SET" | cut -f1))"
+    # Robust Video Matting's set rides along (15 MB) for the kit's last step, where set-up installed it.
+    RVM_SET="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone/models/rvm"
+    RVM_ARGS=()
+    [ -f "$RVM_SET/manifest.json" ] && RVM_ARGS=(-C "$(dirname "$RVM_SET")" "$(basename "$RVM_SET")")
+    MODEL_KEY="$(cat "$MODEL_SET"/manifest.json "$MODEL_SET"/*.onnx ${RVM_ARGS:+"$RVM_SET/manifest.json"} | sha256sum | cut -d' ' -f1)"
+    say "model set $MODEL_SET ($(du -sh "$MODEL_SET" | cut -f1))${RVM_ARGS:+, and $RVM_SET}"
     MT="$(mktemp -d)"
-    tar -C "$(dirname "$MODEL_SET")" --exclude='*.engine' --exclude='*.profile' -cf "$MT/models.tar" "$(basename "$MODEL_SET")"
+    tar -C "$(dirname "$MODEL_SET")" --exclude='*.engine' --exclude='*.profile' -cf "$MT/models.tar" "$(basename "$MODEL_SET")" \
+        "${RVM_ARGS[@]}"
     zcache "$MT/models.tar" "models-$MODEL_KEY" "$PAY/models.tar.zst"
     rm -rf "$MT"
 fi

@@ -4,7 +4,8 @@
 # Runtime's GPU build; the model set), link the NVIDIA libraries of the device's Python wheels into
 # the folder the element loads them from, then measure (measure.py): fps through the element at
 # 512x288 and 1920x1088 for cuda fp32/fp16 (TensorRT if its libraries are there), the GPU-vs-CPU
-# alpha deviation, and upstream PyTorch on the same GPU and frames. Results in $OUT (bench/*.json,
+# alpha deviation, upstream PyTorch on the same GPU and frames, and last Robust Video Matting (engine=rvm,
+# fp32, 1920x1088, with its deviation from the CPU; bench/gpu-cuda-rvm-*.json). Results in $OUT (bench/*.json,
 # summary.txt, run.log). Everything runs inside RUN_BUDGET_S (default 540 s, under the device's
 # 600 s per command); a failing step is reported and the next one runs.
 #
