@@ -456,8 +456,9 @@ struct PropertyDeclaration {
               "Segmenter: how strongly the matte of still parts of the picture is averaged over time against flicker, "
                   + "in percent (0 = off); where the picture moves the matte follows at once", \.temporalSmoothing, 0...99, .ready),
         .uint("max-people", "Maximum people",
-              "MatAnyone2: people tracked at once, each with its own memory (seed=auto: the segmenter's separate "
-                  + "regions; seed=mask: the mask's grey levels, else its regions); the alpha is their union",
+              "MatAnyone2: people tracked at once, each with its own memory (seed=auto: the seeder's separate "
+                  + "regions; seed=mask: the mask's grey levels, else its regions); the alpha is their union. "
+                  + "RVM and the segmenter matte everyone in the picture",
               \.maxPeople, 1...UInt32(MatAnyone2Parameters.peopleLimit), .ready),
         .uint("watch-interval", "Watch interval",
               "MatAnyone2 with seed=auto: every N frames the segmenter checks the track; a track that disagrees "

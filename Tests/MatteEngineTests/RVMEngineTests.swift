@@ -178,6 +178,23 @@ struct RVMEngineTests {
         }
     }
 
+    /// A frame size whose work would pass the memory budget is refused with the size, the need and what
+    /// to do, before anything is allocated; a size within it runs.
+    @Test func aFrameOverTheMemoryBudgetIsRefused() throws {
+        var options = self.options
+        options.memoryBudget = 64 << 20
+        let engine = try RVMEngine(options: options)
+        let frame = [UInt8](repeating: 100, count: 1920 * 1080 * 4)
+        #expect {
+            _ = try alphas(engine, [frame], width: 1920, height: 1080)
+        } throws: { error in
+            guard case let .badSettings(detail) = error as? EngineError else { return false }
+            return detail.contains("1920×1080") && detail.contains("budget of 64 MiB") && detail.contains("videoscale")
+        }
+        let small = [UInt8](repeating: 100, count: 320 * 180 * 4)
+        #expect(try alphas(engine, [small], width: 320, height: 180)[0].count == 320 * 180)
+    }
+
     /// A copy of the installed RVM set that a test may damage.
     private func copyOfModelSet() throws -> String {
         let source = ModelLocations.engineDir(modelDir: TestPaths.fullModelDir, engine: "rvm")

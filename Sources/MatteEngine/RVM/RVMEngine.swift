@@ -35,6 +35,12 @@ public final class RVMEngine: MattingEngine {
     /// and give 0.25 for 1080p, 0.375 for 720p and 0.125 for 4K portraits, all 480 px.
     public static let automaticLongSide = 480.0
 
+    /// What a frame of RVM holds, per pixel of the frame: its input and alpha, and the runtime's
+    /// full-size work inside the guided filter (measured: 128 bytes a pixel more than the segmenter's
+    /// run at 7680×4320, 4.3 GB in all; 1.3 GB at 4K).
+    static let bytesPerPixel = 128
+    /// Bytes one frame size may take (`EngineOptions.memoryBudget`).
+    private let memoryBudget: Int
     private let session: Session
     private let runtime: OnnxRuntime
     private let converter = PlaneConverter()
@@ -85,6 +91,7 @@ public final class RVMEngine: MattingEngine {
                                           + "\(RVMEngine.ratioRange.lowerBound) and 1 (got \(ratio))")
         }
         requestedRatio = ratio
+        memoryBudget = options.memoryBudget
         guard [.fp32, .bf16].contains(options.precision) else {
             throw EngineError.badSettings(detail: "precision=\(options.precision.rawValue) chooses a MatAnyone2 set; RVM runs fp32 "
                                           + "(precision=fp32, exact) or bf16 (precision=bf16, on CPUs that compute it; auto chooses)")
@@ -163,6 +170,12 @@ public final class RVMEngine: MattingEngine {
     private func prepare(width: Int, height: Int) throws -> Sized {
         if let sized, sized.width == width, sized.height == height { return sized }
         sized = nil  // (the old size's tensors go before the new ones are made)
+        guard let need = checkedProduct([width, height, RVMEngine.bytesPerPixel]), need <= memoryBudget else {
+            throw EngineError.badSettings(detail: "RVM at \(width)×\(height) needs about "
+                                          + MemoryBudget.describe(checkedProduct([width, height, RVMEngine.bytesPerPixel]) ?? Int.max)
+                                          + ", over this machine's budget of \(MemoryBudget.describe(memoryBudget)) (3/4 of its memory): "
+                                          + "scale the frames down before the element (videoscale), or use engine=segmenter")
+        }
         let ratio = requestedRatio > 0 ? requestedRatio : RVMEngine.automaticRatio(width: width, height: height)
         let source = try Tensor(runtime: runtime, shape: [1, 3, height, width], name: "rvm src")
         let ratioTensor = try Tensor(runtime: runtime, shape: [1], name: "rvm downsample_ratio")
