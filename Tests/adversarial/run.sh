@@ -21,6 +21,7 @@ export GST_REGISTRY="$OUT/registry.bin"
 DATA="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone"
 SEG_SRC="$DATA/models/segmenter"
 M2_SRC="${MATANYONE_TEST_MODELS:-$ROOT/build/test-models}/matanyone2"
+RVM_SRC="$DATA/models/rvm"
 ORT_LIB="$(readlink -f "$DATA/onnxruntime/libonnxruntime.so.1" 2>/dev/null || true)"
 SETS="$OUT/sets"
 MASKS="$OUT/masks"
@@ -42,7 +43,7 @@ total=0 clean=0 crashes=0 hangs=0 wrong=0 repro=""
 
 # ---------------------------------------------------------------------------------------------------
 # The case runner.
-#   run_case NAME EXPECT TIMEOUT [word=REGEX] [out=FILE:BYTES] [needs=seg|m2|ort] [memcap=1] -- GST-LAUNCH ARGS...
+#   run_case NAME EXPECT TIMEOUT [word=REGEX] [out=FILE:BYTES] [needs=seg|m2|rvm|ort] [memcap=1] -- GST-LAUNCH ARGS...
 # EXPECT: eos      exit 0 after EOS (warnings allowed); with out=, FILE must then hold BYTES bytes
 #         error    an ERROR was posted ("ERROR: from element"), the process exited non-zero by itself
 #         warning  a WARNING was posted, then EOS as for eos
@@ -74,6 +75,7 @@ run_case() {
     case "$needs" in
         seg) [ -f "$SEG_SRC/manifest.json" ] || { fail "$name" setup "no segmenter set at $SEG_SRC (run scripts/setup.sh)" /dev/null; return; } ;;
         m2) [ -f "$M2_SRC/manifest.json" ] || { fail "$name" setup "no matanyone2 test set" /dev/null; return; } ;;
+        rvm) [ -f "$RVM_SRC/manifest.json" ] || { fail "$name" setup "no rvm set at $RVM_SRC (run scripts/setup.sh)" /dev/null; return; } ;;
         ort) [ -f "$ORT_LIB" ] || { fail "$name" setup "no ONNX Runtime at $DATA/onnxruntime (run scripts/setup.sh)" /dev/null; return; } ;;
     esac
     local started rc elapsed attempt
@@ -181,6 +183,7 @@ mkset() {
     mkdir -p "$SETS/$1/$2"
     [ -f "$SEG_SRC/manifest.json" ] && clone "$SEG_SRC" "$SETS/$1/segmenter"
     [ "$2" = matanyone2 ] && [ -f "$M2_SRC/manifest.json" ] && clone "$M2_SRC" "$SETS/$1/matanyone2"
+    [ "$2" = rvm ] && [ -f "$RVM_SRC/manifest.json" ] && clone "$RVM_SRC" "$SETS/$1/rvm"
     echo "$SETS/$1/$2"
 }
 
@@ -200,13 +203,19 @@ run_case seg-baseline eos $T_NORMAL needs=seg out="$OUT/outputs/seg-baseline.gra
     $(src 64 48 3) ! matanyone engine=segmenter model-dir="$GOOD_SET" ! $(gray_file seg-baseline)
 run_case m2-baseline eos $T_NORMAL needs=m2 out="$OUT/outputs/m2-baseline.gray:$((64 * 48 * 3))" -- \
     $(src 64 48 3) ! matanyone $M2_OPTS working-size=64 ! $(gray_file m2-baseline)
+RVM_SET="$(dirname "$(mkset rvm-good rvm)")"
+run_case rvm-baseline eos $T_NORMAL needs=rvm out="$OUT/outputs/rvm-baseline.gray:$((64 * 48 * 3))" -- \
+    $(src 64 48 3) ! matanyone engine=rvm model-dir="$RVM_SET" ! $(gray_file rvm-baseline)
 
 # ---------------------------------------------------------------------------------------------------
 # 1. Hostile model sets, for each engine. F: the model file the case attacks.
-for engine in segmenter matanyone2; do
+for engine in segmenter matanyone2 rvm; do
     if [ "$engine" = segmenter ]; then
         p=seg F=selfie_segmentation.onnx MODEL=segmenter SRCSET="$SEG_SRC" needs=seg
         OPTS="engine=segmenter"
+    elif [ "$engine" = rvm ]; then
+        p=rvm F=rvm_mobilenetv3_fp32.onnx MODEL=rvm SRCSET="$RVM_SRC" needs=rvm
+        OPTS="engine=rvm"
     else
         p=m2 F=encoder.onnx MODEL=encoder SRCSET="$M2_SRC" needs=m2
         OPTS="engine=matanyone2 working-size=64 warmup=1"
