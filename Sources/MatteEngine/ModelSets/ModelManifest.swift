@@ -309,3 +309,33 @@ public struct ModelManifest: Decodable {
         return session
     }
 }
+
+/// A set of one model (the segmenter's, RVM's): its folder found in `modelDir`, its manifest checked,
+/// its session opened where `options` asks (execution-provider=auto resolved), with why auto fell back.
+struct SingleModelSet {
+    let directory: String
+    let manifest: ModelManifest
+    let session: Session
+    /// Why execution-provider=auto runs on the CPU (nil when it does not).
+    let providerNote: String?
+    let runtime: OnnxRuntime
+
+    /// The set is checked before `runtime` loads the runtime (a missing set is the error to see first).
+    init(engine: EngineKind, options: EngineOptions, placement: ModelPlacement? = nil, runtime load: () throws -> OnnxRuntime) throws {
+        let name = engine.rawValue
+        let directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: name)
+        let manifest = try ModelManifest.load(directory: directory)
+        try manifest.validate(directory: directory, engine: name, required: [name])
+        let runtime = try load()
+        self.runtime = runtime
+        var choice = try runtime.choose(options.session.provider, device: options.session.device)
+        session = try runtime.open(&choice) { provider in
+            var config = options.session
+            config.provider = provider
+            return try manifest.openSession(name, directory: directory, runtime: runtime, config: config, placement: placement)
+        }
+        providerNote = choice.fallbackReason
+        self.directory = directory
+        self.manifest = manifest
+    }
+}

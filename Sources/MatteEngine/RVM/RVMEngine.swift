@@ -97,23 +97,16 @@ public final class RVMEngine: MattingEngine {
                                           + "(precision=fp32, exact) or bf16 (precision=bf16, on CPUs that compute it; auto chooses)")
         }
         precision = options.precision
-        directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.rvm.rawValue)
-        let manifest = try ModelManifest.load(directory: directory)
-        try manifest.validate(directory: directory, engine: EngineKind.rvm.rawValue, required: ["rvm"])
-        license = manifest.license ?? "GPL-3.0"
         // bf16 runs the fp32 file through OpenVINO (its build, the CPU's checks: as MatAnyone2's bf16).
-        let runtime = try options.precision == .bf16 ? LocalModels.openOpenVinoRuntime(options)!
-            : OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
-        self.runtime = runtime
-        var choice = try runtime.choose(options.session.provider, device: options.session.device)
-        let directory = directory  // the closure must not capture a half-built self
-        let placement: ModelPlacement? = options.precision == .bf16 ? .bf16 : nil
-        session = try runtime.open(&choice) { provider in
-            var config = options.session
-            config.provider = provider
-            return try manifest.openSession("rvm", directory: directory, runtime: runtime, config: config, placement: placement)
+        let set = try SingleModelSet(engine: .rvm, options: options, placement: options.precision == .bf16 ? .bf16 : nil) {
+            try options.precision == .bf16 ? LocalModels.openOpenVinoRuntime(options)!
+                : OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
         }
-        providerNote = choice.fallbackReason
+        runtime = set.runtime
+        directory = set.directory
+        session = set.session
+        providerNote = set.providerNote
+        license = set.manifest.license ?? "GPL-3.0"
         let inputs = Set(session.inputs.map(\.name)), outputs = Set(session.outputs.map(\.name))
         let needIn = Set(["src", "downsample_ratio"] + RVMEngine.stateNames.map { $0 + "i" })
         let needOut = Set(["pha"] + RVMEngine.stateNames.map { $0 + "o" })

@@ -27,19 +27,14 @@ public final class SegmenterEngine: MattingEngine {
     }
 
     private init(unclassified options: EngineOptions) throws {
-        directory = ModelLocations.engineDir(modelDir: options.modelDir, engine: EngineKind.segmenter.rawValue)
-        let manifest = try ModelManifest.load(directory: directory)
-        try manifest.validate(directory: directory, engine: EngineKind.segmenter.rawValue, required: ["segmenter"])
-        license = manifest.license ?? "Apache-2.0"
-        let runtime = try OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
-        var choice = try runtime.choose(options.session.provider, device: options.session.device)
-        let directory = directory  // the closure must not capture a half-built self
-        session = try runtime.open(&choice) { provider in
-            var config = options.session
-            config.provider = provider
-            return try manifest.openSession("segmenter", directory: directory, runtime: runtime, config: config)
+        let set = try SingleModelSet(engine: .segmenter, options: options) {
+            try OnnxRuntime.shared(explicitPath: options.runtimeLibrary, for: options.session.provider)
         }
-        providerNote = choice.fallbackReason
+        let runtime = set.runtime
+        directory = set.directory
+        session = set.session
+        providerNote = set.providerNote
+        license = set.manifest.license ?? "Apache-2.0"
         guard session.inputs.count == 1, session.outputs.count >= 1 else {
             throw EngineError.modelInvalid(path: session.path, detail: "expected one image input and a mask output")
         }
