@@ -159,7 +159,6 @@ extension MatteFilter {
             shim_structure_set_string(stats, "engine", engine.kind.rawValue)
             shim_structure_set_string(stats, "precision", engine.precision.rawValue)
             shim_structure_set_string(stats, "license", engine.license)
-            if let rvm = engine as? RVMEngine, rvm.ratio > 0 { shim_structure_set_double(stats, "downsample-ratio", rvm.ratio) }
             if let server = engine.server {
                 shim_structure_set_string(stats, "provider", "server")
                 shim_structure_set_string(stats, "server", server)
@@ -195,6 +194,8 @@ extension MatteFilter {
         shim_structure_set_boolean(stats, "seeded", report.seeded ? 1 : 0)
         shim_structure_set_uint(stats, "memory-frames", UInt32(report.memoryFrames))
         if report.seedMs > 0 { shim_structure_set_double(stats, "seed-ms", report.seedMs) }
+        // (From the frame's report, not the engine: in async mode the engine is the inference thread's.)
+        if report.downsampleRatio > 0 { shim_structure_set_double(stats, "downsample-ratio", report.downsampleRatio) }
         guard let engine = counts.engine else { return stats }
         if engine.kind == .matanyone2 {
             shim_structure_set_uint(stats, "people", UInt32(report.people))

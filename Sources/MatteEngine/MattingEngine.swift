@@ -134,6 +134,8 @@ public struct FrameReport {
     public var notices: [EngineNotice] = []
     /// The inference server's share of this frame (nil in-process).
     public var server: ServerTiming?
+    /// RVM: the downsample ratio this frame ran at (0 for the other engines).
+    public var downsampleRatio = 0.0
 
     public init(modelCount: Int) { modelMs = [Double](repeating: 0, count: modelCount) }
 
@@ -148,6 +150,7 @@ public struct FrameReport {
         events.removeAll(keepingCapacity: true)
         notices.removeAll(keepingCapacity: true)
         server = nil
+        downsampleRatio = 0
     }
 }
 

@@ -97,6 +97,8 @@ public final class MatAnyone2Engine: MattingEngine {
         seeding.temporalSmoothing = 0
         seeding.placement = [:]
         seeding.rvmDownsampleRatio = 0
+        // (MatAnyone2's int8 and fp16 sets have no RVM counterpart: the seeder runs fp32 then.)
+        seeding.precision = options.precision == .bf16 ? .bf16 : .fp32
         let kind = MatAnyone2Engine.seederKind(options.seeder, modelDir: options.modelDir)
         seederKind = kind
         modelNames = MatAnyone2Core.modelNames + [kind.rawValue]

@@ -153,6 +153,7 @@ public final class RVMEngine: MattingEngine {
         report.inferenceMs = inferEnd - inferStart
         report.modelMs[0] = inferEnd - inferStart
         report.postprocessMs = end - inferEnd
+        report.downsampleRatio = sized.ratio
         report.seeded = true
     }
 
