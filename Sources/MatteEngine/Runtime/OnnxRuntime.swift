@@ -611,9 +611,8 @@ public final class Session {
 
     /// One call whose outputs the runtime allocates, for a model whose output shapes follow from its
     /// inputs' values (RVM's recurrent states depend on `downsample_ratio`): the outputs' shapes, in
-    /// `outputs`' order. A float32 output's values are copied into `into[name]` when it is given and
-    /// its shape is that tensor's.
-    func shapesOfRun(inputs: [String: Tensor], outputs names: [String], into: [String: Tensor] = [:]) throws -> [[Int]] {
+    /// `outputs`' order (their values are dropped).
+    func shapesOfRun(inputs: [String: Tensor], outputs names: [String]) throws -> [[Int]] {
         let api = runtime.api.pointee
         let orderedInputs = self.inputs.compactMap { spec in inputs[spec.name].map { (spec.name, $0.value) } }
         var produced = [OpaquePointer?](repeating: nil, count: names.count)
@@ -625,7 +624,7 @@ public final class Session {
                                   &produced), "Run")
             }
         }
-        return try zip(names, produced).map { name, value in
+        return try produced.map { value in
             var info: OpaquePointer?
             try check(api.GetTensorTypeAndShape(value, &info), "GetTensorTypeAndShape")
             defer { api.ReleaseTensorTypeAndShapeInfo(info) }
@@ -633,13 +632,7 @@ public final class Session {
             try check(api.GetDimensionsCount(info, &rank), "GetDimensionsCount")
             var dims = [Int64](repeating: 0, count: rank)
             try check(api.GetDimensions(info, &dims, rank), "GetDimensions")
-            let shape = dims.map { Int($0) }
-            if let target = into[name], target.shape == shape {
-                var raw: UnsafeMutableRawPointer?
-                try check(api.GetTensorMutableData(value, &raw), "GetTensorMutableData")
-                target.data.update(from: raw!.assumingMemoryBound(to: Float.self), count: target.count)
-            }
-            return shape
+            return dims.map { Int($0) }
         }
     }
 
