@@ -49,6 +49,11 @@ final class AsyncMatting {
     private var failure: Error?
     private var running = false
     private var thread: Thread?
+    /// The thread is making or warming up the engine (`prepare`): `stop` does not wait for that.
+    private var preparing = false
+    /// `stop` returned while the thread was preparing: it finishes on its own and lets go of
+    /// everything itself (`work`).
+    private var abandoned = false
     /// Alphas kept for the streaming thread (each a full frame of bytes), and the window of the
     /// inference figures (`medianInferenceMs`, `inferenceFPS`).
     static let kept = 6
@@ -65,8 +70,13 @@ final class AsyncMatting {
     /// Called on the inference thread after each inference (an alpha kept, or a failure).
     var onFinished: (() -> Void)?
 
-    init(engines: EngineSlot, width: Int, height: Int, heldFrames: Int = 0) {
+    /// The element, kept alive (a reference of the thread's own) while the thread runs: a load that
+    /// `stop` abandoned still posts its warnings on it.
+    private let element: ElementHandle?
+
+    init(engines: EngineSlot, width: Int, height: Int, heldFrames: Int = 0, element: ElementHandle? = nil) {
         keptAtMost = AsyncMatting.kept + max(heldFrames, 0)
+        self.element = element
         self.engines = engines
         self.width = width
         self.height = height
@@ -75,40 +85,47 @@ final class AsyncMatting {
     deinit { stop() }
 
     func start() {
-        condition.lock()
-        defer { condition.unlock() }
+        ProcessExit.register()
+        lockMailbox()
+        defer { unlockMailbox() }
         guard !running else { return }
         running = true
-        let worker = Thread { [unowned self] in self.work() }
+        element?.retain()  // (released by the thread as it ends)
+        // (The thread holds `self` until it returns: `stop` may leave it to finish a load.)
+        let worker = Thread { self.work() }
         worker.name = "matanyone-inference"
         thread = worker
         worker.start()
     }
 
-    /// Stops the thread (after the frame in progress) and waits for it; forgets pending work.
+    /// Stops the thread (after the frame in progress) and waits for it; forgets pending work. A
+    /// thread still making or warming up the engine is not waited for (a model load takes seconds,
+    /// a TensorRT engine build minutes, and a pipeline that is stopped or resized must not): it is
+    /// abandoned, finishes the load on its own, drops the result and ends.
     func stop() {
-        condition.lock()
+        lockMailbox()
         guard running else {
-            condition.unlock()
+            unlockMailbox()
             return
         }
         running = false
         let dropped = pending
         pending = nil
         condition.broadcast()
-        while thread != nil { condition.wait() }
-        condition.unlock()
+        while thread != nil, !preparing { condition.wait() }
+        if thread != nil { abandoned = true }
+        unlockMailbox()
         withExtendedLifetime(dropped) {}  // (its buffer goes back upstream outside the lock)
     }
 
     /// Hands the newest frame over (a reference to its buffer; `info` its caps); a frame still
     /// waiting is dropped for it (its reference released outside the lock: a pool may take it back).
     func submit(_ buffer: OwnedBuffer, info: GstVideoInfo, pts: UInt64) {
-        condition.lock()
+        lockMailbox()
         let dropped = pending
         pending = Frame(buffer: buffer, info: info, pts: pts)
         condition.broadcast()
-        condition.unlock()
+        unlockMailbox()
         withExtendedLifetime(dropped) {}
     }
 
@@ -118,20 +135,23 @@ final class AsyncMatting {
 
     /// A reset also forgets the alphas of the old track and any frame still waiting.
     private func enqueue(_ request: Request, clearing: Bool) {
-        condition.lock()
+        lockMailbox()
         requests.append(request)
+        var dropped: Frame?
         if clearing {
             finished.removeAll()
+            dropped = pending
             pending = nil
         }
-        condition.unlock()
+        unlockMailbox()
+        withExtendedLifetime(dropped) {}  // (released outside the lock)
     }
 
     /// The finished alpha closest in time to `pts` (nil before the first), whether the frame at `pts`
     /// is still waiting for or under inference, and the first failure of the thread, if any.
     func closest(to pts: UInt64) -> (alpha: Alpha?, ownAlphaComing: Bool, failure: Error?) {
-        condition.lock()
-        defer { condition.unlock() }
+        lockMailbox()
+        defer { unlockMailbox() }
         let best = finished.min { distance($0.pts, pts) < distance($1.pts, pts) }
         let coming = pending?.pts == pts || inFlight == pts
         return (best, coming && best?.pts != pts, failure)
@@ -140,40 +160,40 @@ final class AsyncMatting {
     /// Waits (up to `timeoutMs`) until no frame is waiting or under inference: draining at EOS.
     func waitIdle(timeoutMs: Double) {
         let deadline = Date().addingTimeInterval(timeoutMs / 1000)
-        condition.lock()
+        lockMailbox()
         while running, pending != nil || inFlight != nil, condition.wait(until: deadline) {}
-        condition.unlock()
+        unlockMailbox()
     }
 
     /// Waits (up to `timeoutMs`) for the alpha of the frame at `pts`, while it is waiting for or under
     /// inference.
     func waitForAlpha(of pts: UInt64, timeoutMs: Double) {
         let deadline = Date().addingTimeInterval(timeoutMs / 1000)
-        condition.lock()
+        lockMailbox()
         while running, pending?.pts == pts || inFlight == pts, !finished.contains(where: { $0.pts == pts }),
               condition.wait(until: deadline) {}
-        condition.unlock()
+        unlockMailbox()
     }
 
     /// The frame under inference, if any (its alpha is the next to come).
     var inFlightPts: UInt64? {
-        condition.lock()
-        defer { condition.unlock() }
+        lockMailbox()
+        defer { unlockMailbox() }
         return inFlight
     }
 
     /// The median inference time of the alphas kept (ms), nil before the first.
     var medianInferenceMs: Double? {
-        condition.lock()
-        defer { condition.unlock() }
+        lockMailbox()
+        defer { unlockMailbox() }
         let times = finished.suffix(AsyncMatting.kept).map(\.inferenceMs).sorted()
         return times.isEmpty ? nil : times[times.count / 2]
     }
 
     /// Inferences finished per second over the alphas kept (0 with fewer than two).
     var inferenceFPS: Double {
-        condition.lock()
-        defer { condition.unlock() }
+        lockMailbox()
+        defer { unlockMailbox() }
         let window = finished.suffix(AsyncMatting.kept)
         guard window.count >= 2, let first = window.first, let last = window.last, last.finishedMs > first.finishedMs else { return 0 }
         return Double(window.count - 1) * 1000 / (last.finishedMs - first.finishedMs)
@@ -183,8 +203,8 @@ final class AsyncMatting {
     /// to that frame and every later one, it is closer than any older. The last `kept` stay (the
     /// inference figures' window).
     func forgetAlphas(before pts: UInt64) {
-        condition.lock()
-        defer { condition.unlock() }
+        lockMailbox()
+        defer { unlockMailbox() }
         guard finished.count > AsyncMatting.kept,
               let newestBefore = finished.lastIndex(where: { $0.pts < pts }), newestBefore > 0 else { return }
         let unneeded = min(newestBefore, finished.count - AsyncMatting.kept)
@@ -201,11 +221,13 @@ final class AsyncMatting {
             _ = try engine.warmUp(width: width, height: height)
             return engine
         } catch {
-            condition.lock()
+            lockMailbox()
             failure = failure ?? error
+            let dropped = pending
             pending = nil
             condition.broadcast()
-            condition.unlock()
+            unlockMailbox()
+            withExtendedLifetime(dropped) {}  // (released outside the lock)
             return nil
         }
     }
@@ -240,40 +262,66 @@ final class AsyncMatting {
         // (Raising one's own nice needs no privilege; where it fails, inference keeps the default.)
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, AsyncMatting.inferenceNice)
         serve()
+        lockMailbox()
+        let leftAlone = abandoned
+        unlockMailbox()
+        if leftAlone, ProcessExit.begun {
+            // Abandoned by `stop` and the process is exiting: freeing the models now would run
+            // during the exit handlers, ONNX Runtime's among them (see below). The process ends anyway.
+            _ = engines.map { Unmanaged.passRetained($0) }
+        }
         // `stop` returns only now, when this thread holds no engine: it is freed by the element as
-        // it stops, never by this thread afterwards. (This thread holds `self` until it returns, and
+        // it stops, never by this thread afterwards (but for a load `stop` abandoned: then here). (This thread holds `self` until it returns, and
         // `self` held the slot: strace showed an engine freed here during gst-launch's exit handlers,
         // ONNX Runtime's among them, and cut short by the exit, its shared memory regions left in
         // /dev/shm; a heap corruption at exit seen once in CI fits it.)
         engines = nil
-        condition.lock()
+        lockMailbox()
         thread = nil
         condition.broadcast()
-        condition.unlock()
+        unlockMailbox()
+        element?.release()  // (last: it may be the element's last reference)
     }
 
     /// The thread's work, until `stop`; everything it holds is released when it returns (not
     /// inlined: its locals must not outlive it).
     @inline(never)
     private func serve() {
+        lockMailbox()
+        guard running else {
+            unlockMailbox()
+            return
+        }
+        preparing = true
+        condition.broadcast()  // (a `stop` waiting for this thread need not wait for the load)
+        unlockMailbox()
         let engine = prepare()
+        lockMailbox()
+        preparing = false
+        let stopped = !running
+        unlockMailbox()
+        if stopped { return }  // (abandoned while loading: the engine is dropped unused)
         var report = FrameReport(modelCount: engine?.modelNames.count ?? 0)
         while true {
-            condition.lock()
+            lockMailbox()
             while running, pending == nil, requests.isEmpty { condition.wait() }
             guard running else {
-                condition.unlock()
+                unlockMailbox()
                 return
             }
             let todo = requests
             requests.removeAll()
             // (After a failure frames are not worked on: the streaming thread stops on it.)
-            let frame = engine == nil ? nil : pending
+            let taken = pending
+            let frame = engine == nil ? nil : taken
             pending = nil
             inFlight = frame?.pts
             if engine == nil { condition.broadcast() }  // (a drain waiting for the frame dropped)
-            condition.unlock()
-            guard let engine else { continue }
+            unlockMailbox()
+            guard let engine else {
+                withExtendedLifetime(taken) {}  // (dropped outside the lock)
+                continue
+            }
 
             for request in todo {
                 switch request {
@@ -286,20 +334,61 @@ final class AsyncMatting {
             let start = monotonicMs()
             let (plane, error) = matte(frame, engine: engine, report: &report)
             let end = monotonicMs()
+            let pts = frame.pts
             if error == nil, !report.events.isEmpty { onTrackEvents?(report.events, frame.pts) }
             if !report.notices.isEmpty { onNotices?(report.notices) }
-            condition.lock()
+            lockMailbox()
             inFlight = nil
             if let error {
                 failure = failure ?? error
             } else if requests.allSatisfy({ if case .reset = $0 { return false }; return true }) {
                 // (An alpha finished after a reset was asked for belongs to the old track.)
-                finished.append(Alpha(pts: frame.pts, plane: plane, finishedMs: end, inferenceMs: end - start, report: report))
+                finished.append(Alpha(pts: pts, plane: plane, finishedMs: end, inferenceMs: end - start, report: report))
                 if finished.count > keptAtMost { finished.removeFirst(finished.count - keptAtMost) }
             }
             condition.broadcast()
-            condition.unlock()
+            unlockMailbox()
+            // (The frame's buffer goes back upstream here, outside the lock: ARC could otherwise
+            // release it after its last use, under the lock.)
+            withExtendedLifetime(frame) {}
             onFinished?()
         }
     }
+
+    // The mailbox lock, with a thread-local mark of holding it: no buffer may be released while it is
+    // held (a pool may take the buffer back, and its release may wake threads that want this lock).
+    private func lockMailbox() {
+        condition.lock()
+        MailboxMark.set(true)
+    }
+
+    private func unlockMailbox() {
+        MailboxMark.set(false)
+        condition.unlock()
+    }
+}
+
+/// Whether the calling thread holds an inference mailbox's lock (thread-local): what the tests check
+/// when a buffer is released.
+enum MailboxMark {
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+
+    static var heldByCurrentThread: Bool { pthread_getspecific(key) != nil }
+
+    static func set(_ held: Bool) { pthread_setspecific(key, held ? UnsafeRawPointer(bitPattern: 1) : nil) }
+}
+
+/// Whether the process has begun to exit (its exit handlers run): registered with the first inference
+/// thread.
+enum ProcessExit {
+    private static let flag = Locked(false)
+    private static let registered: Void = { atexit { ProcessExit.flag.withLock { $0 = true } } }()
+
+    static func register() { _ = registered }
+
+    static var begun: Bool { flag.withLock { $0 } }
 }

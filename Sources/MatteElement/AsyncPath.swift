@@ -138,7 +138,8 @@ final class AsyncPath {
         let estimator = MotionCarry(frameWidth: width, frameHeight: height)  // (made whatever alignment says: it may be switched on while playing)
         let renderer = AsyncRenderer(width: width, height: height, noPersonAlpha: UInt8(current.noPersonAlpha))
         let maxHeld = MatteFilter.heldFrameBound(current, framesPerSecond: input.framesPerSecond)
-        let matting = AsyncMatting(engines: engines, width: width, height: height, heldFrames: current.asyncDelay > 0 ? maxHeld : 0)
+        let matting = AsyncMatting(engines: engines, width: width, height: height, heldFrames: current.asyncDelay > 0 ? maxHeld : 0,
+                                    element: handle)
         matting.onTrackEvents = { [handle] events, pts in
             for event in events { handle.postElementMessage(MatteFilter.reseededMessage(event, pts: GstClockTime(pts))) }
         }
@@ -214,7 +215,15 @@ final class AsyncPath {
         pushStickyAfterFlush()
         let current = filter.snapshot()
         return handle.withMappedFrame(buffer, .input) { enqueue($0, buffer: owned, arrivalMs: arrivalMs, settings: current) }
-            ?? GST_FLOW_ERROR
+            ?? failed("an input buffer could not be mapped as a frame of its caps (\(gst_buffer_get_size(buffer)) bytes): "
+                      + "the upstream element produced an invalid buffer")
+    }
+
+    /// A frame's step failed: the ERROR goes on the bus (naming the step), then the flow stops. Every
+    /// GST_FLOW_ERROR of this path that is the element's own comes through here or a `Post.error`.
+    private func failed(_ what: String, file: String = #fileID, function: String = #function, line: Int = #line) -> GstFlowReturn {
+        filter.deliver(.error(ElementError.streamFailed(what), file: file, function: function, line: line))
+        return GST_FLOW_ERROR
     }
 
     /// Hands the frame to the inference thread (which keeps the newest), estimates its motion and
@@ -497,7 +506,7 @@ final class AsyncPath {
             release: { [unowned self] departing in
                 var out: UnsafeMutablePointer<GstBuffer>?
                 let produced = produce(departing, into: &out)
-                let flow = produced == GST_FLOW_OK ? out.map { handle.push($0) } ?? GST_FLOW_ERROR : produced
+                let flow = produced == GST_FLOW_OK ? out.map { handle.push($0) } ?? failed("a frame left without its output buffer") : produced
                 for event in departing.frame.followingEvents { _ = handle.push(event) }
                 return flow
             },
@@ -524,11 +533,17 @@ final class AsyncPath {
         departing.renderer.admit(departing.frame, coming: departing.matting.inFlightPts)
         let input = departing.frame.buffer.buffer
         let (prepared, buffer) = handle.prepareOutputBuffer(for: input)
-        guard prepared == GST_FLOW_OK, let buffer else { return prepared == GST_FLOW_OK ? GST_FLOW_ERROR : prepared }
+        if prepared == GST_FLOW_ERROR || (prepared == GST_FLOW_OK && buffer == nil) {
+            if let buffer { gst_buffer_unref(buffer) }
+            return failed("no output buffer could be allocated for a frame (the downstream pool or allocator failed)")
+        }
+        guard prepared == GST_FLOW_OK, let buffer else { return prepared }  // (FLUSHING, EOS…: not failures of ours)
         let outbuf = OwnedBuffer(taking: buffer)
         let flow = handle.withMappedFrame(input, .input) { frame in
-            handle.withMappedFrame(buffer, .output) { out in render(input: frame, output: out, departing) } ?? GST_FLOW_ERROR
-        } ?? GST_FLOW_ERROR
+            handle.withMappedFrame(buffer, .output) { out in render(input: frame, output: out, departing) }
+                ?? failed("an output buffer (\(gst_buffer_get_size(buffer)) bytes) could not be mapped as a frame of the "
+                          + "output caps: the downstream pool gave a buffer too small for them")
+        } ?? failed("a held input buffer could not be mapped as a frame of its caps")
         guard flow == GST_FLOW_OK else { return flow }  // (outbuf released)
         output.pointee = outbuf.release()
         return GST_FLOW_OK

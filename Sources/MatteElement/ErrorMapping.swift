@@ -33,6 +33,8 @@ enum ErrorMapping {
             return (gst_library_error_quark(), Int32(GST_LIBRARY_ERROR_SETTINGS.rawValue))
         case .streamFormat:
             return (gst_stream_error_quark(), Int32(GST_STREAM_ERROR_FORMAT.rawValue))
+        case .streamFailed:
+            return (gst_stream_error_quark(), Int32(GST_STREAM_ERROR_FAILED.rawValue))
         }
     }
 
@@ -107,13 +109,16 @@ enum ElementError: Error, CustomStringConvertible {
     /// Input the element cannot read or write as negotiated: a buffer that does not match its caps,
     /// interlaced caps (STREAM/FORMAT).
     case streamFormat(String)
+    /// A frame's step that failed where the caps were fine: a buffer that cannot be mapped, an
+    /// output buffer that cannot be had (STREAM/FAILED).
+    case streamFailed(String)
 
     var description: String {
         switch self {
         // (Worded as the settings errors the engine reports.)
         case .sizesDiffer: return "invalid settings: input and output sizes differ"
         case .unsupportedOutputFormat: return "invalid settings: unsupported output format"
-        case let .streamFormat(text): return text
+        case let .streamFormat(text), let .streamFailed(text): return text
         }
     }
 }

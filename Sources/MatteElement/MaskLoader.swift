@@ -18,6 +18,10 @@ enum MaskLoader {
     /// A seam for in-process tests: run on the thread that loads the mask at a path, before it is
     /// read. The plugin never sets one.
     static let beforeLoading = Locked<[String: () -> Void]>([:])
+    /// How long the decoder has to preroll or fail.
+    static let decodeTimeoutNs: GstClockTime = 10_000_000_000
+    /// A seam for in-process tests: a shorter decode timeout for a path. The plugin never sets one.
+    static let decodeTimeouts = Locked<[String: GstClockTime]>([:])
 
     static func load(_ path: String) throws -> Mask {
         if let hook = beforeLoading.withLock({ $0[path] }) { hook() }
@@ -42,7 +46,14 @@ enum MaskLoader {
         let bus = gst_element_get_bus(pipeline)!
         defer { gst_object_unref(bus) }
         let wanted = GstMessageType(rawValue: GST_MESSAGE_ERROR.rawValue | GST_MESSAGE_ASYNC_DONE.rawValue | GST_MESSAGE_EOS.rawValue)
-        if let message = gst_bus_timed_pop_filtered(bus, 10_000_000_000, wanted) {
+        let timeoutNs = decodeTimeouts.withLock { $0[path] } ?? decodeTimeoutNs
+        guard let message = gst_bus_timed_pop_filtered(bus, timeoutNs, wanted) else {
+            // (Not "cannot decode": the decoder said nothing in time, which a stalled file system or a
+            // huge image explains. A preroll that came meanwhile is not taken: the answer is the timeout.)
+            throw EngineError.fileUnreadable(path: path, detail: "decoding it timed out: no image and no error from the "
+                                             + "decoder after \(Double(timeoutNs) / 1e9) s (a stalled file system, or an image too large?)")
+        }
+        do {
             defer { gst_message_unref(message) }
             if message.pointee.type == GST_MESSAGE_ERROR {
                 var error: UnsafeMutablePointer<GError>?
@@ -66,13 +77,14 @@ enum MaskLoader {
             throw EngineError.fileUnreadable(path: path, detail: "the decoded image cannot be mapped")
         }
         defer { gst_video_frame_unmap(&frame) }
-        return withUnsafeMutablePointer(to: &frame) { mapped in
-            let view = VideoFrameView(frame: mapped)
-            var pixels = [UInt8](repeating: 0, count: view.width * view.height)
-            for y in 0..<view.height {
-                for x in 0..<view.width { pixels[y * view.width + x] = view.bytes[y * view.stride + x] }
-            }
-            return Mask(pixels: pixels, width: view.width, height: view.height)
+        let plane = UnsafeRawBufferPointer(start: frame.map.0.data, count: Int(frame.map.0.size))
+        let offset = frame.data.0.map { UnsafeRawPointer($0) - UnsafeRawPointer(frame.map.0.data!) } ?? -1
+        do {
+            let pixels = try MaskPixels.pack(plane, offset: offset, width: Int(info.width), height: Int(info.height),
+                                             stride: Int(frame.info.stride.0))
+            return Mask(pixels: pixels, width: Int(info.width), height: Int(info.height))
+        } catch {
+            throw EngineError.fileUnreadable(path: path, detail: "the decoded image's plane is unusable (\(error))")
         }
     }
 }
