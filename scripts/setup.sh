@@ -16,6 +16,8 @@
 #   scripts/setup.sh --gpu --check      reports each library's resolution, the driver and the GPU
 #   scripts/setup.sh --server           also the Triton Inference Server that scripts/serve.sh and the tests run
 #                                       (the nvidia-pytriton wheel in .venv-triton, CPU only)
+#   scripts/setup.sh --validate         also GstValidate 1.22 (GStreamer's conformance checker, which no Debian
+#                                       release packages), built from ../shared/tools into .deps/gstvalidate
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +30,7 @@ BUILD_PLUGIN=1
 RVM=1
 GPU=0
 SERVER=0
+VALIDATE=0
 GPU_OPTIONS=()
 CHECK=0
 for arg in "$@"; do
@@ -36,6 +39,7 @@ for arg in "$@"; do
         --no-rvm) RVM=0 ;;
         --gpu) GPU=1 ;;
         --server) SERVER=1 ;;
+        --validate) VALIDATE=1 ;;
         --tensorrt) GPU_OPTIONS+=(--tensorrt) ;;
         --check) CHECK=1 ;;
         *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
@@ -53,6 +57,8 @@ APT_PACKAGES=(
     gstreamer1.0-plugins-ugly gstreamer1.0-libav gstreamer1.0-plugins-base-apps
     libopenblas-dev opencv-doc libcurl4-openssl-dev
 )
+# (GstValidate's build needs json-glib.)
+[ "$VALIDATE" = 1 ] && APT_PACKAGES+=(libjson-glib-dev)
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -167,6 +173,16 @@ if [ "$RVM" = 1 ]; then
 elif [ -e "$DATA/models/rvm" ]; then
     say "--no-rvm: removing $DATA/models/rvm (engine=auto runs the segmenter)"
     rm -rf "$DATA/models/rvm"
+fi
+
+# 5b. On request, GstValidate (Tests/validate runs its scenarios): built once from the gst-devtools 1.22.0
+#     source in ../shared/tools (its own script; meson and ninja from PyPI in a throw-away venv).
+if [ "$VALIDATE" = 1 ] && [ ! -x "$DEPS/gstvalidate/bin/gst-validate-1.0" ]; then
+    SHARED="${MATANYONE_SHARED:-$ROOT/../shared}"
+    [ -f "$SHARED/tools/build-gstvalidate.sh" ] || { echo "setup.sh: --validate needs $SHARED/tools/build-gstvalidate.sh" >&2; exit 1; }
+    say "building GstValidate 1.22 into $DEPS/gstvalidate"
+    bash "$SHARED/tools/build-gstvalidate.sh" "$DEPS/gstvalidate" >/dev/null
+    [ -x "$DEPS/gstvalidate/bin/gst-validate-1.0" ] || { echo "setup.sh: the GstValidate build failed" >&2; exit 1; }
 fi
 
 # 6. The plugin ------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 # the Swift engine and element tests (in-process, and against a real Triton Inference Server started
 # here on loopback), the Python tool tests (including parity against
 # upstream MatAnyone2), the integration test of the installed plugin, the element tests again under
-# ThreadSanitizer, and the adversarial suite (hostile inputs against the installed plugin). Ends with
-# one summary line.
+# ThreadSanitizer, the adversarial suite (hostile inputs against the installed plugin) and GstValidate's
+# scenarios (GStreamer's conformance checker, against the same pipelines with identity). Ends with one
+# summary line.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -15,7 +16,7 @@ export MATANYONE_TEST_MODELS="$ROOT/build/test-models"
 DATA="${XDG_DATA_HOME:-$HOME/.local/share}/gst-matanyone"
 PY="$ROOT/.venv/bin/python"
 
-scripts/setup.sh --server || { echo "0 passed, 1 failed"; exit 1; }
+scripts/setup.sh --server --validate || { echo "0 passed, 1 failed"; exit 1; }
 
 say() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
 
@@ -185,6 +186,12 @@ Tests/adversarial/run.sh 2>&1 | tee build/adversarial.log
 rc=${PIPESTATUS[0]}
 ap=$(grep -c "^PASS" build/adversarial.log); af=$(grep -c "^FAIL" build/adversarial.log)
 count adversarial "$rc" "$ap" "$af"
+
+say "GstValidate scenarios (installed plugin against identity)"
+"$PY" Tests/validate/run.py --validate "$ROOT/.deps/gstvalidate" 2>&1 | tee build/validate.log
+rc=${PIPESTATUS[0]}
+vp=$(grep -c "^PASS" build/validate.log); vf=$(grep -c "^FAIL" build/validate.log)
+count validate "$rc" "$vp" "$vf"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
