@@ -68,6 +68,16 @@ let package = Package(
         .executableTarget(name: "PixelBench", dependencies: ["MattePixels"], path: "Sources/PixelBench",
                           swiftSettings: [.unsafeFlags(["-O"])]),
         .executableTarget(name: "CarryBench", dependencies: ["MatteEngine", "MattePixels"], path: "Sources/CarryBench"),
+        // Fuzz targets, one executable each over the parsers of outside bytes (Fuzz/): scripts/fuzz.sh
+        // builds them with libFuzzer and AddressSanitizer; a plain build replays their corpus once.
+        .target(name: "FuzzSupport", path: "Fuzz/FuzzSupport"),
+        .executableTarget(name: "FuzzManifest", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/Manifest"),
+        .executableTarget(name: "FuzzELF", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/ELF"),
+        .executableTarget(name: "FuzzKServe", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/KServe"),
+        .executableTarget(name: "FuzzServer", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/Server"),
+        .executableTarget(name: "FuzzPlacement", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/Placement"),
+        .executableTarget(name: "FuzzURL", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/URL"),
+        .executableTarget(name: "FuzzMask", dependencies: ["FuzzSupport", "MatteEngine"], path: "Fuzz/Mask"),
         .target(
             name: "GstMatAnyonePlugin",
             dependencies: ["MatteElement", "CGStreamer"],

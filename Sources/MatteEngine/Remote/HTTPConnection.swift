@@ -148,7 +148,7 @@ final class HTTPConnection {
 }
 
 /// Where a reply goes: its headers and a body of at most `limit` bytes.
-private final class ReplySink {
+final class ReplySink {
     let limit: Int
     var reply = HTTPReply()
     var overflowed = false

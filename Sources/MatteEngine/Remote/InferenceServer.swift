@@ -160,7 +160,9 @@ final class StepClient {
                                           + "and name it in server-token-file")
         }
         guard parts.query == nil, parts.fragment == nil else { throw bad("has a query or fragment") }
-        let path = parts.percentEncodedPath.hasSuffix("/") ? String(parts.percentEncodedPath.dropLast()) : parts.percentEncodedPath
+        // (Every trailing slash: the requests' paths start with one. Fuzz/URL found "…:844//" kept one.)
+        var path = Substring(parts.percentEncodedPath)
+        while path.hasSuffix("/") { path = path.dropLast() }
         let hostPart = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         return ("\(scheme)://\(hostPart)" + (parts.port.map { ":\($0)" } ?? "") + path, host)
     }
@@ -191,16 +193,21 @@ final class StepClient {
         guard health.status == 200 else { throw ServerFault.unreachable("it is not ready (\(KServe.errorMessage(health)))") }
         let metadata = try send { try connection.get("/v2/models/\(options.model)", limit: 1 << 20) }
         try checkStatus(metadata, during: "reading model '\(options.model)'")
-        let object = (try? JSONSerialization.jsonObject(with: Data(metadata.body))) as? [String: Any]
-        let names = Set(((object?["inputs"] as? [[String: Any]]) ?? []).compactMap { $0["name"] as? String })
-        let outputs = Set(((object?["outputs"] as? [[String: Any]]) ?? []).compactMap { $0["name"] as? String })
-        guard names.isSuperset(of: ["OPS", "FRAME", "FRAME_U8", "SEEDS"]), outputs.isSuperset(of: StepClient.outputs) else {
+        guard StepClient.servesStepModel(metadata: metadata.body) else {
             throw EngineError.modelInvalid(path: "\(address)/v2/models/\(options.model)",
                                            detail: "it is not a MatAnyone2 step model (it lacks the inputs OPS, FRAME, FRAME_U8, SEEDS "
                                                + "or the outputs ALPHA, UNCERTAINTY, STATE, TIMING). Serve the repository "
                                                + "tools/serve/repository.py writes, or set server-model")
         }
         verified = true
+    }
+
+    /// Whether a model's KServe metadata (JSON) names the step model's inputs and outputs.
+    static func servesStepModel(metadata body: [UInt8]) -> Bool {
+        let object = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+        let names = Set(((object?["inputs"] as? [[String: Any]]) ?? []).compactMap { $0["name"] as? String })
+        let outputs = Set(((object?["outputs"] as? [[String: Any]]) ?? []).compactMap { $0["name"] as? String })
+        return names.isSuperset(of: ["OPS", "FRAME", "FRAME_U8", "SEEDS"]) && outputs.isSuperset(of: StepClient.outputs)
     }
 
     /// An HTTP status the step cannot use, as the error or fault it means.
@@ -430,15 +437,22 @@ final class StepClient {
         if let statistics, now - statistics.atMs < 1000 { return }
         // (Its own short limit: statistics are worth less than the next frame.)
         guard let reply = try? connection.get("/v2/models/\(options.model)/stats", limit: 1 << 20, timeoutMs: 1000), reply.status == 200,
-              let object = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
-              let models = object["model_stats"] as? [[String: Any]], let stats = models.first?["inference_stats"] as? [String: Any],
-              let queue = stats["queue"] as? [String: Any], let count = queue["count"] as? Int, let ns = queue["ns"] as? Double ?? (queue["ns"] as? Int).map(Double.init)
-        else { return }
-        guard count >= 0, ns >= 0 else { return }
+              let queue = StepClient.queueStatistics(reply.body) else { return }
+        let (count, ns) = queue
         if let previous = statistics, count > previous.count, ns >= previous.ns {
             timing.queueMs = (ns - previous.ns) / Double(count - previous.count) / 1e6
         }
         statistics = (now, count, ns)
+    }
+
+    /// The cumulative queue count and time (ns) of a KServe statistics reply; nil when it has none.
+    static func queueStatistics(_ body: [UInt8]) -> (count: Int, ns: Double)? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+              let models = object["model_stats"] as? [[String: Any]], let stats = models.first?["inference_stats"] as? [String: Any],
+              let queue = stats["queue"] as? [String: Any], let count = queue["count"] as? Int,
+              let ns = queue["ns"] as? Double ?? (queue["ns"] as? Int).map(Double.init),
+              count >= 0, ns >= 0, ns.isFinite else { return nil }
+        return (count, ns)
     }
 
     // MARK: Shared memory
