@@ -4,8 +4,8 @@
 # here on loopback), the Python tool tests (including parity against
 # upstream MatAnyone2), the integration test of the installed plugin, the element tests again under
 # ThreadSanitizer, the adversarial suite (hostile inputs against the installed plugin) and GstValidate's
-# scenarios (GStreamer's conformance checker, against the same pipelines with identity), and the fuzz
-# targets for a bounded time. Ends with one summary line.
+# scenarios (GStreamer's conformance checker, against the same pipelines with identity), GStreamer's
+# leaks tracer over every engine and mode, and the fuzz targets for a bounded time. Ends with one summary line.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -192,6 +192,12 @@ say "GstValidate scenarios (installed plugin against identity)"
 rc=${PIPESTATUS[0]}
 vp=$(grep -c "^PASS" build/validate.log); vf=$(grep -c "^FAIL" build/validate.log)
 count validate "$rc" "$vp" "$vf"
+
+say "Leaks tracer (installed plugin: every engine and mode reseeded, seeked, resized, stopped)"
+"$PY" Tests/leaks/run.py 2>&1 | tee build/leaks.log
+rc=${PIPESTATUS[0]}
+lp=$(grep -c "^PASS" build/leaks.log); lf=$(grep -c "^FAIL" build/leaks.log)
+count leaks "$rc" "$lp" "$lf"
 
 say "Fuzz targets (libFuzzer, AddressSanitizer; 30 s each from the committed corpus)"
 scripts/fuzz.sh --seconds 30 2>&1 | tee build/fuzz.log
