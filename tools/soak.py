@@ -147,8 +147,11 @@ def main():
             caps = b"video/x-raw,width=320,height=176" if big else b"video/x-raw,width=256,height=144"
             gst.gst_util_set_object_arg(size, b"caps", caps); counts["resizes"] += 1; next_at["resize"] += 60
         if t >= next_at["flush"]:
-            gst.gst_element_send_event(under, gst.gst_event_new_flush_start())
-            gst.gst_element_send_event(under, gst.gst_event_new_flush_stop(0))
+            # (To the pipeline: a bin sends flush events to its sinks, and they travel upstream through
+            # the element to the source, which restarts its task on FLUSH_STOP. Sent into the element's
+            # sink pad instead, the first run stalled: the live source met FLUSHING and paused for good.)
+            gst.gst_element_send_event(pipeline, gst.gst_event_new_flush_start())
+            gst.gst_element_send_event(pipeline, gst.gst_event_new_flush_stop(0))
             counts["flushes"] += 1; next_at["flush"] += 45
         if t >= next_at["server"] and (restarter is None or not restarter.is_alive()):
             restarter = threading.Thread(target=restart_server); restarter.start()
