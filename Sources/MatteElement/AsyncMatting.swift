@@ -214,11 +214,26 @@ final class AsyncMatting {
     private func distance(_ a: UInt64, _ b: UInt64) -> UInt64 { a > b ? a - b : b - a }
 
     /// The engine, made and warmed up at the stream's size; nil (the failure kept) when that failed.
+    /// On success the engine is in use by this thread (`EngineSlot.beginUse`) until `serve` returns.
     private func prepare() -> MattingEngine? {
+        guard let engines else { return nil }
         do {
-            guard let engines else { return nil }
             let engine = try engines.get()
-            _ = try engine.warmUp(width: width, height: height)
+            engines.beginUse()
+            lockMailbox()
+            let stopped = !running
+            unlockMailbox()
+            // (Abandoned while it loaded: no warm-up at the old size.)
+            if stopped {
+                engines.endUse()
+                return nil
+            }
+            do {
+                _ = try engine.warmUp(width: width, height: height)
+            } catch {
+                engines.endUse()
+                throw error
+            }
             return engine
         } catch {
             lockMailbox()
@@ -296,6 +311,7 @@ final class AsyncMatting {
         condition.broadcast()  // (a `stop` waiting for this thread need not wait for the load)
         unlockMailbox()
         let engine = prepare()
+        defer { if engine != nil { engines?.endUse() } }
         lockMailbox()
         preparing = false
         let stopped = !running

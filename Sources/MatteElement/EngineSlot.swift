@@ -24,6 +24,15 @@ final class EngineSlot {
 
     private let state: Locked<State>
     private let make: () throws -> MattingEngine
+    /// Held by the inference thread that runs the engine, from its warm-up to its end: a thread that
+    /// `AsyncMatting.stop` abandoned during a load may still be warming up when the next size's thread
+    /// gets the same engine, which is not to be used by two threads at once. (Locked and unlocked on
+    /// the same thread, as a mutex must be.)
+    private let use = NSLock()
+
+    /// Waits until no other thread runs the engine, then runs it alone until `endUse`.
+    func beginUse() { use.lock() }
+    func endUse() { use.unlock() }
 
     /// An engine already made.
     init(_ engine: MattingEngine) {

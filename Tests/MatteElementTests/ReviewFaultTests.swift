@@ -4,6 +4,7 @@ import Foundation
 import Testing
 @testable import MatteElement
 import MatteEngine
+import MattePixels
 import TestPaths
 
 /// The four faults a review of the frame path found (issue 44), each driven through the real code:
@@ -94,6 +95,42 @@ import TestPaths
         #expect(abandoned == nil, "the abandoned inference thread never ended")
     }
 
+    /// A thread abandoned during a load and the next size's thread get the same engine when the load
+    /// ends: the abandoned one does not warm it up (at the old size) and the two never run it at once.
+    @Test func anAbandonedLoadNeverRunsTheEngineBesideTheNextSizesThread() throws {
+        let proceed = DispatchSemaphore(value: 0)
+        let loading = DispatchSemaphore(value: 0)
+        let made = Locked<WarmUpRecorder?>(nil)
+        let slot = EngineSlot(making: {
+            loading.signal()
+            proceed.wait()
+            let engine = WarmUpRecorder(try SegmenterEngine(options: EngineOptions(modelDir: TestPaths.modelDir)))
+            made.withLock { $0 = engine }
+            return engine
+        })
+        let old = AsyncMatting(engines: slot, width: 32, height: 32)
+        old.start()
+        #expect(loading.wait(timeout: .now() + 5) == .success)
+        old.stop()  // (abandoned: it is loading)
+        let new = AsyncMatting(engines: slot, width: 64, height: 64)
+        new.start()
+        proceed.signal()
+        var info = GstVideoInfo()
+        gst_video_info_set_format(&info, GST_VIDEO_FORMAT_BGRA, 64, 64)
+        precondition(gstreamerReady)
+        let buffer = gst_buffer_new_allocate(nil, gsize(info.size), nil)!
+        new.submit(OwnedBuffer(taking: buffer), info: info, pts: 1)
+        let deadline = Date().addingTimeInterval(30)
+        while new.closest(to: 1).alpha == nil, new.closest(to: 1).failure == nil, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(new.closest(to: 1).alpha != nil, "no alpha from the next size's thread: \(String(describing: new.closest(to: 1).failure))")
+        new.stop()
+        let recorder = try #require(made.withLock { $0 })
+        #expect(recorder.sizes == ["64x64"], "warm-ups: \(recorder.sizes)")
+        #expect(recorder.mostAtOnce == 1)
+    }
+
     // MARK: 3. A mask's bus timeout says so
 
     @Test func aMaskThatTimesOutSaysItTimedOut() throws {
@@ -167,5 +204,31 @@ final class ReleaseLog {
                 if held { state.underLock += 1 }
             }
         }, Unmanaged.passUnretained(self).toOpaque())
+    }
+}
+
+/// A real engine that records its warm-ups (slowed, so that two at once would overlap) and how many
+/// threads were ever inside it at once.
+final class WarmUpRecorder: ForwardingEngine {
+    private let state = Locked((sizes: [String](), inside: 0, most: 0))
+    var sizes: [String] { state.withLock { $0.sizes } }
+    var mostAtOnce: Int { state.withLock { $0.most } }
+
+    private func inside<T>(_ body: () throws -> T) rethrows -> T {
+        state.withLock { $0.inside += 1; $0.most = max($0.most, $0.inside) }
+        defer { state.withLock { $0.inside -= 1 } }
+        return try body()
+    }
+
+    override func warmUp(width: Int, height: Int) throws -> Double {
+        try inside {
+            state.withLock { $0.sizes.append("\(width)x\(height)") }
+            Thread.sleep(forTimeInterval: 0.3)
+            return try inner.warmUp(width: width, height: height)
+        }
+    }
+
+    override func matte(_ frame: BGRAImage, into alpha: GrayImage, report: inout FrameReport) throws {
+        try inside { try inner.matte(frame, into: alpha, report: &report) }
     }
 }
