@@ -291,11 +291,14 @@ final class AsyncMatting {
         // ONNX Runtime's among them, and cut short by the exit, its shared memory regions left in
         // /dev/shm; a heap corruption at exit seen once in CI fits it.)
         engines = nil
+        // (Before `stop` may return: an application that stops, unrefs and calls gst_deinit must find
+        // no reference of ours left — the leaks tracer saw one. In a stop that waits, the caller holds
+        // the element, so this is never its last reference then; after an abandoned load it may be.)
+        element?.release()
         lockMailbox()
         thread = nil
         condition.broadcast()
         unlockMailbox()
-        element?.release()  // (last: it may be the element's last reference)
     }
 
     /// The thread's work, until `stop`; everything it holds is released when it returns (not
