@@ -70,8 +70,8 @@ final class AsyncMatting {
     /// Called on the inference thread after each inference (an alpha kept, or a failure).
     var onFinished: (() -> Void)?
 
-    /// The element, kept alive (a reference of the thread's own) while the thread runs: a load that
-    /// `stop` abandoned still posts its warnings on it.
+    /// The element, for the warnings a load posts (no reference of the thread's own: the element's
+    /// finalize waits for the loads `stop` abandoned, `AbandonedLoads`, so it outlives them).
     private let element: ElementHandle?
 
     init(engines: EngineSlot, width: Int, height: Int, heldFrames: Int = 0, element: ElementHandle? = nil) {
@@ -90,9 +90,15 @@ final class AsyncMatting {
         defer { unlockMailbox() }
         guard !running else { return }
         running = true
-        element?.retain()  // (released by the thread as it ends)
-        // (The thread holds `self` until it returns: `stop` may leave it to finish a load.)
-        let worker = Thread { self.work() }
+        // (The thread holds `self` until it ends: `stop` may leave it to finish a load. An abandoned
+        // one ends its `AbandonedLoads` entry only after letting go of `self` and all it holds, the
+        // closures to the element among them: the element's finalize waits for that.)
+        let held = Unmanaged.passRetained(self)
+        let worker = Thread {
+            let leftAlone = held.takeUnretainedValue().work()
+            held.release()
+            if leftAlone { AbandonedLoads.end() }
+        }
         worker.name = "matanyone-inference"
         thread = worker
         worker.start()
@@ -113,7 +119,10 @@ final class AsyncMatting {
         pending = nil
         condition.broadcast()
         while thread != nil, !preparing { condition.wait() }
-        if thread != nil { abandoned = true }
+        if thread != nil {
+            abandoned = true
+            AbandonedLoads.begin()  // (ended by the thread, `work`)
+        }
         unlockMailbox()
         withExtendedLifetime(dropped) {}  // (its buffer goes back upstream outside the lock)
     }
@@ -273,7 +282,10 @@ final class AsyncMatting {
         return (plane, outcome)
     }
 
-    private func work() {
+    /// Returns whether `stop` abandoned the thread (during a load).
+    @inline(never)
+    private func work() -> Bool {
+        Thread.current.threadDictionary[AbandonedLoads.inferenceThreadKey] = true
         // (Raising one's own nice needs no privilege; where it fails, inference keeps the default.)
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, AsyncMatting.inferenceNice)
         serve()
@@ -291,14 +303,15 @@ final class AsyncMatting {
         // ONNX Runtime's among them, and cut short by the exit, its shared memory regions left in
         // /dev/shm; a heap corruption at exit seen once in CI fits it.)
         engines = nil
-        // (Before `stop` may return: an application that stops, unrefs and calls gst_deinit must find
-        // no reference of ours left — the leaks tracer saw one. In a stop that waits, the caller holds
-        // the element, so this is never its last reference then; after an abandoned load it may be.)
-        element?.release()
+        // (An abandoned thread's end is waited for by the element's finalize (`start`), so a process
+        // that unrefs its pipeline and exits never runs its exit handlers, ONNX Runtime's static
+        // destructors among them, under a load still inside the runtime: GstValidate's
+        // change_state_intensive crashed so, SIGSEGV in the runtime's schema registry.)
         lockMailbox()
         thread = nil
         condition.broadcast()
         unlockMailbox()
+        return leftAlone
     }
 
     /// The thread's work, until `stop`; everything it holds is released when it returns (not
@@ -314,6 +327,7 @@ final class AsyncMatting {
         condition.broadcast()  // (a `stop` waiting for this thread need not wait for the load)
         unlockMailbox()
         let engine = prepare()
+        AbandonedLoads.loadEnded()
         defer { if engine != nil { engines?.endUse() } }
         lockMailbox()
         preparing = false
@@ -399,6 +413,62 @@ enum MailboxMark {
     static var heldByCurrentThread: Bool { pthread_getspecific(key) != nil }
 
     static func set(_ held: Bool) { pthread_setspecific(key, held ? UnsafeRawPointer(bitPattern: 1) : nil) }
+}
+
+/// The model loads `stop` abandoned that are still running, process-wide: the element's finalize
+/// waits for them (`waitForAll`), so that none is still inside ONNX Runtime (or OpenVINO) when the
+/// application, having unreffed its pipeline, exits and the runtimes' static destructors run.
+enum AbandonedLoads {
+    private static let condition = NSCondition()
+    private static var running = 0
+    /// Marks an inference thread (its thread dictionary).
+    static let inferenceThreadKey = "matanyone.inference-thread"
+
+    static func begin() {
+        condition.lock()
+        running += 1
+        condition.unlock()
+    }
+
+    static func end() {
+        condition.lock()
+        running -= 1
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    static var count: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return running
+    }
+
+    private static var exitWaits = 0
+
+    /// Once a load has ended (made or failed): registers an exit handler that waits for the abandoned
+    /// loads. Exit handlers run newest first, and ONNX Runtime registers its static destructors
+    /// lazily, during a load (its schema registry, its provider list): only a handler registered after
+    /// that runs before them. (A few per process suffice: each later load finds the runtime's made.)
+    static func loadEnded() {
+        condition.lock()
+        let register = exitWaits < 16
+        if register { exitWaits += 1 }
+        condition.unlock()
+        if register { atexit { AbandonedLoads.waitForAll(limit: 60) } }
+    }
+
+    /// Waits until none runs, or `limit` has passed (a TensorRT engine build may take minutes: past
+    /// that the element goes anyway, as it did before). Returns whether none runs.
+    @discardableResult
+    static func waitForAll(limit: TimeInterval = 600) -> Bool {
+        // (Never on an inference thread: a last unref there must not wait for that thread itself.)
+        if Thread.current.threadDictionary[inferenceThreadKey] != nil { return count == 0 }
+        let deadline = Date(timeIntervalSinceNow: limit)
+        condition.lock()
+        defer { condition.unlock() }
+        while running > 0 { if !condition.wait(until: deadline) { break } }
+        return running == 0
+    }
 }
 
 /// Whether the process has begun to exit (its exit handlers run): registered with the first inference

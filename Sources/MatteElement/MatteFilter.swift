@@ -122,6 +122,16 @@ final class MatteFilter {
         _ = DebugLog.routeEngineLog
     }
 
+    /// The element is being finalized (its last reference gone). A model load that a stop left to finish
+    /// on its own thread is waited for here, not in `stop`: the element stops promptly, and still no
+    /// load of its runs inside the runtime once the application may exit (or the element's memory is gone).
+    func finalizing() {
+        if AbandonedLoads.count > 0 {
+            DebugLog.log(GST_LEVEL_INFO, handle, "waiting for a model load that a stop left running")
+        }
+        AbandonedLoads.waitForAll()
+    }
+
     // MARK: Settings
 
     func snapshot() -> Settings { settings.withLock { $0 } }

@@ -522,6 +522,7 @@ private let instanceInit: GInstanceInitFunc = { instance, _ in
 private let finalizeTrampoline: @convention(c) (UnsafeMutablePointer<GObject>?) -> Void = { object in
     let raw = UnsafeMutableRawPointer(object!).assumingMemoryBound(to: GstMatAnyone.self)
     if let impl = raw.pointee.impl {
+        Unmanaged<MatteFilter>.fromOpaque(impl).takeUnretainedValue().finalizing()
         Unmanaged<MatteFilter>.fromOpaque(impl).release()
         raw.pointee.impl = nil
     }
