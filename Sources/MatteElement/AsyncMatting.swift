@@ -457,6 +457,14 @@ enum AbandonedLoads {
         if register { atexit { AbandonedLoads.waitForAll(limit: 60) } }
     }
 
+    /// gst_deinit finalizes the plugin (with the registry): the loads are waited for then too, for an
+    /// application whose pipeline outlives it (gst-validate's monitors keep its elements) and which
+    /// exits before any load ended (no exit handler of `loadEnded` yet).
+    static func waitAtDeinit(of plugin: OpaquePointer) {
+        g_object_weak_ref(UnsafeMutableRawPointer(plugin).assumingMemoryBound(to: GObject.self),
+                          { _, _ in AbandonedLoads.waitForAll(limit: 60) }, nil)
+    }
+
     /// Waits until none runs, or `limit` has passed (a TensorRT engine build may take minutes: past
     /// that the element goes anyway, as it did before). Returns whether none runs.
     @discardableResult

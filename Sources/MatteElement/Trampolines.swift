@@ -581,7 +581,8 @@ private let getPropertyTrampoline:
 // MARK: - Plugin
 
 private let pluginInit: GstPluginInitFunc = { plugin in
-    gst_element_register(plugin, "matanyone", guint(GST_RANK_NONE.rawValue), matAnyoneType)
+    if let plugin { AbandonedLoads.waitAtDeinit(of: plugin) }
+    return gst_element_register(plugin, "matanyone", guint(GST_RANK_NONE.rawValue), matAnyoneType)
 }
 
 public enum MatAnyonePlugin {
